@@ -1,0 +1,1 @@
+"""What runs on the gpu queue: video backends, model residency, quality phases, training."""

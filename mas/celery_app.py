@@ -1,0 +1,99 @@
+"""The Celery app: two queues, routing by package, JSON only, events on, late acks everywhere.
+
+Tasks live in `tasks` (cpu queue) and `gpu` (gpu queue); the app finds them by name so that `mas` never
+imports them at import time. Every task derives from `StudioTask`, which caps redeliveries: Redis keeps no
+delivery count, so a task that kills its worker would otherwise be redelivered forever.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Celery, Task
+from kombu import Exchange, Queue
+
+from mas import services
+from mas.config import Settings
+
+log = logging.getLogger(__name__)
+
+CPU_QUEUE = "cpu"
+GPU_QUEUE = "gpu"
+TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "gpu.health", "gpu.tasks"]
+
+
+class StudioTask(Task):
+    """Base of every studio task.
+
+    Redeliveries after a lost worker are counted in Redis per task id and retry number; past
+    `max_deliveries` the task is not run again and `on_delivery_cap` records the give-up instead.
+    """
+
+    #: Deliveries allowed for one run of this task (None: `Settings.max_deliveries`).
+    max_deliveries: int | None = None
+
+    def __call__(self, *args, **kwargs):
+        if self.request.called_directly or self.request.id is None:
+            return self.run(*args, **kwargs)
+        cap = self.max_deliveries or self.app.settings.max_deliveries
+        key = f"mas:deliveries:{self.request.id}:{self.request.retries}"
+        client = services.redis_client(self.app.settings)
+        count = client.incr(key)
+        client.expire(key, 86_400)
+        if count > cap:
+            log.error("%s[%s] delivered %d times; giving it up", self.name, self.request.id, count)
+            self.on_delivery_cap(args, kwargs, deliveries=count)
+            return None
+        return self.run(*args, **kwargs)
+
+    def on_delivery_cap(self, args, kwargs, *, deliveries: int) -> None:
+        """Record that this task was given up after `deliveries` deliveries (override per task)."""
+
+
+class Studio(Celery):
+    """The Celery app, carrying the studio's settings so tasks read configuration from one place."""
+
+    def __init__(self, settings: Settings, **kwargs):
+        super().__init__("mas", task_cls=StudioTask, **kwargs)
+        self.settings = settings
+        self.conf.update(celery_config(settings))
+
+
+def celery_config(settings: Settings) -> dict:
+    transport = {"visibility_timeout": settings.visibility_timeout_seconds}
+    return dict(
+        broker_url=settings.effective_broker_url,
+        result_backend=settings.effective_result_backend,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        include=TASK_PACKAGES,
+        task_queues=(
+            Queue(CPU_QUEUE, Exchange(CPU_QUEUE, type="direct"), routing_key=CPU_QUEUE),
+            Queue(GPU_QUEUE, Exchange(GPU_QUEUE, type="direct"), routing_key=GPU_QUEUE),
+        ),
+        task_default_queue=CPU_QUEUE,
+        task_default_exchange=CPU_QUEUE,
+        task_default_routing_key=CPU_QUEUE,
+        task_routes={
+            "gpu.*": {"queue": GPU_QUEUE, "exchange": GPU_QUEUE, "routing_key": GPU_QUEUE},
+            "tasks.*": {"queue": CPU_QUEUE, "exchange": CPU_QUEUE, "routing_key": CPU_QUEUE},
+        },
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_track_started=True,
+        task_send_sent_event=True,
+        worker_send_task_events=True,
+        worker_prefetch_multiplier=1,
+        task_time_limit=settings.max_render_seconds,
+        result_expires=7 * 86_400,
+        timezone="UTC",
+        enable_utc=True,
+    )
+
+
+app = Studio(Settings())

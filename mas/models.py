@@ -1,0 +1,277 @@
+"""The database: PostgreSQL is the source of truth for every batch, video, attempt and memory.
+
+Broker messages only trigger work; anything lost from Redis can be rebuilt from these rows.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    ARRAY,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _now_column() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class VideoState(str, enum.Enum):
+    """Life of one video; `mas.states` holds the legal moves."""
+
+    pending = "pending"
+    writing = "writing"
+    generating = "generating"
+    evaluating = "evaluating"
+    refining = "refining"
+    accepted = "accepted"
+    failed = "failed"
+
+
+class BatchStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    done = "done"
+    cancelled = "cancelled"
+
+
+class Batch(Base):
+    __tablename__ = "batches"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    request: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16), default="batch")  # batch | series | ab
+    theme: Mapped[str] = mapped_column(Text, default="")
+    total: Mapped[int] = mapped_column(Integer)
+    status: Mapped[BatchStatus] = mapped_column(
+        Enum(BatchStatus, name="batch_status"), default=BatchStatus.queued
+    )
+    series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id"))
+    ab_test_id: Mapped[int | None] = mapped_column(ForeignKey("ab_tests.id"))
+    options: Mapped[dict] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
+
+    videos: Mapped[list["Video"]] = relationship(back_populates="batch", order_by="Video.position")
+
+
+class Video(Base):
+    __tablename__ = "videos"
+    __table_args__ = (UniqueConstraint("batch_id", "position"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    concept: Mapped[str] = mapped_column(Text)
+    label: Mapped[str | None] = mapped_column(String(8))  # A/B variation label
+    state: Mapped[VideoState] = mapped_column(
+        Enum(VideoState, name="video_state"), default=VideoState.pending, index=True
+    )
+    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    grade: Mapped[str | None] = mapped_column(String(1))
+    score: Mapped[float | None] = mapped_column(Float)
+    output_path: Mapped[str | None] = mapped_column(Text)
+    failure_reasons: Mapped[list] = mapped_column(JSONB, default=list)
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
+
+    batch: Mapped[Batch] = relationship(back_populates="videos")
+    attempts: Mapped[list["Attempt"]] = relationship(back_populates="video", order_by="Attempt.number")
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("video_id", "number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    negative_prompt: Mapped[str] = mapped_column(Text, default="")
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    backend: Mapped[str] = mapped_column(String(32), default="")
+    grader: Mapped[str] = mapped_column(String(32), default="")
+    output_path: Mapped[str | None] = mapped_column(Text)
+    scores: Mapped[dict] = mapped_column(JSONB, default=dict)
+    grade: Mapped[str | None] = mapped_column(String(1))
+    failure_reasons: Mapped[list] = mapped_column(JSONB, default=list)
+    render_seconds: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = _now_column()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    video: Mapped[Video] = relationship(back_populates="attempts")
+
+
+class MemoryBlock(Base):
+    """One shared core memory block; `version` guards concurrent writers."""
+
+    __tablename__ = "memory_blocks"
+
+    label: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict] = mapped_column(JSONB)
+    field_updated_at: Mapped[dict] = mapped_column(JSONB, default=dict)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class MemoryBlockChange(Base):
+    """History of every field change of a core block: who, when, old, new."""
+
+    __tablename__ = "memory_block_changes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    label: Mapped[str] = mapped_column(ForeignKey("memory_blocks.label"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    field: Mapped[str] = mapped_column(String(64))
+    old: Mapped[object] = mapped_column(JSONB, nullable=True)
+    new: Mapped[object] = mapped_column(JSONB, nullable=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    changed_at: Mapped[datetime] = _now_column()
+
+
+class ArchivalPassage(Base):
+    """Long-term memory: a text with its embedding, tags and metadata."""
+
+    __tablename__ = "archival_passages"
+    __table_args__ = (
+        Index(
+            "ix_archival_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+        Index("ix_archival_tags", "tags", postgresql_using="gin"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    embedding: Mapped[list[float]] = mapped_column(Vector(EMBEDDING_DIM))
+    tags: Mapped[list[str]] = mapped_column(ARRAY(String(64)), default=list)
+    meta: Mapped[dict] = mapped_column("metadata", JSONB, default=dict)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class AgentMessage(Base):
+    """Recall memory: every message an agent saw; `in_context` marks its live buffer."""
+
+    __tablename__ = "agent_messages"
+    __table_args__ = (Index("ix_agent_messages_agent_context", "agent", "in_context"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    agent: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    in_context: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class AgentBuffer(Base):
+    """Per-agent buffer bookkeeping: the running summary and failed summarize attempts."""
+
+    __tablename__ = "agent_buffers"
+
+    agent: Mapped[str] = mapped_column(String(64), primary_key=True)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    failed_summaries: Mapped[int] = mapped_column(Integer, default=0)
+    interactions: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class Series(Base):
+    __tablename__ = "series"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    theme: Mapped[str] = mapped_column(Text, default="")
+    style: Mapped[str] = mapped_column(Text, default="")
+    consistency_rules: Mapped[list] = mapped_column(JSONB, default=list)
+    elements: Mapped[list] = mapped_column(JSONB, default=list)
+    episodes_planned: Mapped[int] = mapped_column(Integer, default=0)
+    episodes_completed: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class ABTest(Base):
+    __tablename__ = "ab_tests"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    concept: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="open")  # open | closed
+    winner_label: Mapped[str | None] = mapped_column(String(8))
+    created_at: Mapped[datetime] = _now_column()
+
+    variations: Mapped[list["ABVariation"]] = relationship(order_by="ABVariation.label")
+
+
+class ABVariation(Base):
+    __tablename__ = "ab_variations"
+    __table_args__ = (UniqueConstraint("test_id", "label"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    test_id: Mapped[int] = mapped_column(ForeignKey("ab_tests.id", ondelete="CASCADE"))
+    label: Mapped[str] = mapped_column(String(8))
+    approach: Mapped[str] = mapped_column(Text, default="")
+    video_id: Mapped[int | None] = mapped_column(ForeignKey("videos.id"))
+
+
+class ABSelection(Base):
+    """A user's choice: the chosen variation against each rejected one (DPO pairs)."""
+
+    __tablename__ = "ab_selections"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    test_id: Mapped[int] = mapped_column(ForeignKey("ab_tests.id", ondelete="CASCADE"))
+    chosen_label: Mapped[str] = mapped_column(String(8))
+    chosen_prompt: Mapped[str] = mapped_column(Text, default="")
+    rejected_prompts: Mapped[list] = mapped_column(JSONB, default=list)
+    concept: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = _now_column()
+
+
+class TrainedAdapter(Base):
+    __tablename__ = "trained_adapters"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, unique=True)
+    path: Mapped[str] = mapped_column(Text)
+    base_model: Mapped[str] = mapped_column(Text)
+    pairs_used: Mapped[int] = mapped_column(Integer)
+    heldout_accuracy: Mapped[float | None] = mapped_column(Float)
+    promoted: Mapped[bool] = mapped_column(Boolean, default=False)
+    metrics: Mapped[dict] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class Schedule(Base):
+    """An overnight batch: a request to enqueue at a given time, stored so no restart loses it."""
+
+    __tablename__ = "schedules"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    request: Mapped[str] = mapped_column(Text)
+    options: Mapped[dict] = mapped_column(JSONB, default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="scheduled")  # scheduled|sent|cancelled
+    batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id"))
+    created_at: Mapped[datetime] = _now_column()

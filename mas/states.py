@@ -1,0 +1,73 @@
+"""The state machine of a video, with guarded transitions.
+
+A transition is one conditional UPDATE: it succeeds only from the expected state *and* attempt number.
+A task delivered twice therefore finds the video already moved on and does nothing (`moved` is False);
+a move the machine does not allow raises `IllegalTransition` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from mas.models import Video, VideoState
+
+S = VideoState
+TERMINAL = frozenset({S.accepted, S.failed})
+
+ALLOWED: dict[VideoState, frozenset[VideoState]] = {
+    S.pending: frozenset({S.writing, S.failed}),
+    S.writing: frozenset({S.generating, S.failed}),
+    S.generating: frozenset({S.evaluating, S.failed}),
+    S.evaluating: frozenset({S.accepted, S.refining, S.failed}),
+    S.refining: frozenset({S.writing, S.failed}),
+    S.accepted: frozenset(),
+    S.failed: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    """The state machine has no such move."""
+
+    def __init__(self, source: VideoState, target: VideoState):
+        super().__init__(f"a video cannot go from {source.value} to {target.value}")
+        self.source, self.target = source, target
+
+
+def transition(
+    session: Session,
+    video_id: int,
+    source: VideoState,
+    target: VideoState,
+    *,
+    attempt: int | None = None,
+    **values,
+) -> bool:
+    """Move a video from `source` to `target`; False (and nothing written) if it is not in `source`.
+
+    `attempt`, when given, must match the video's current attempt count; `values` are written in the
+    same UPDATE (for example a grade or an output path).
+    """
+    if target not in ALLOWED[source]:
+        raise IllegalTransition(source, target)
+    stmt = (
+        sa.update(Video)
+        .where(Video.id == video_id, Video.state == source)
+        .values(state=target, updated_at=sa.func.now(), **values)
+    )
+    if attempt is not None:
+        stmt = stmt.where(Video.attempt_count == attempt)
+    return session.execute(stmt).rowcount == 1
+
+
+def fail(session: Session, video_id: int, reason: str) -> bool:
+    """Give a video up from whatever live state it is in, recording why; False if already final."""
+    reasons = sa.func.coalesce(Video.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
+        sa.func.jsonb_build_array(reason)
+    )
+    stmt = (
+        sa.update(Video)
+        .where(Video.id == video_id, Video.state.not_in(list(TERMINAL)))
+        .values(state=S.failed, failure_reasons=reasons, updated_at=sa.func.now())
+    )
+    return session.execute(stmt).rowcount == 1

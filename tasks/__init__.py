@@ -1,0 +1,1 @@
+"""Celery tasks of the cpu queue: agent reasoning, pipeline assembly, maintenance."""

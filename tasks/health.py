@@ -1,0 +1,15 @@
+"""Health checks of the cpu queue: which worker answered, and a join for fan-in checks."""
+
+from mas.celery_app import app
+
+
+@app.task(name="tasks.health.ping", bind=True)
+def ping(self, tag: str = "") -> dict:
+    """Answer with the host and queue that ran this task."""
+    return {"queue": "cpu", "worker": self.request.hostname, "tag": tag}
+
+
+@app.task(name="tasks.health.collect")
+def collect(results: list[dict]) -> dict:
+    """Join the answers of a fan-out (the body of a chord)."""
+    return {"queues": sorted(r["queue"] for r in results), "count": len(results)}

@@ -1,0 +1,122 @@
+"""Settings, migrations, the video state machine, routing, and a chain and a chord on real workers."""
+
+import pytest
+import sqlalchemy as sa
+from pydantic import ValidationError
+
+from mas import db, states
+from mas.config import Settings, redact_url
+from mas.models import Batch, Video, VideoState
+
+
+def test_settings_defaults_and_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MAS_MAX_RETRIES", "5")
+    s = Settings()
+    assert s.max_retries == 5 and s.min_acceptable_grade == "B"
+    assert s.embedded_database and s.embedded_broker
+    assert s.effective_broker_url.startswith("redis+socket://")
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("MAS_DATABASE_URL", "mysql://x@y/z"),
+        ("MAS_DATABASE_URL", "not a url"),
+        ("MAS_BROKER_URL", "amqp://guest@localhost//"),
+        ("MAS_BROKER_URL", "redis://"),
+        ("MAS_MAX_RETRIES", "0"),
+        ("MAS_VISIBILITY_TIMEOUT_SECONDS", "60"),
+    ],
+)
+def test_bad_settings_refused(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_secrets_never_shown(monkeypatch):
+    monkeypatch.setenv("MAS_DATABASE_URL", "postgresql://studio:hunter2@db.example:5432/mas")
+    monkeypatch.setenv("MAS_FLOWER_PASSWORD", "sekret")
+    shown = " ".join(Settings().describe().values())
+    assert "hunter2" not in shown and "sekret" not in shown
+    assert redact_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
+
+
+def test_migrations_down_and_up(settings, engine):
+    db.downgrade(engine, "base")
+    with engine.connect() as conn:
+        assert "videos" not in sa.inspect(conn).get_table_names()
+    db.migrate(engine)
+    with engine.connect() as conn:
+        insp = sa.inspect(conn)
+        assert {"batches", "videos", "attempts", "memory_blocks", "archival_passages"} <= set(insp.get_table_names())
+        indexes = {i["name"]: i for i in insp.get_indexes("archival_passages")}
+        assert "ix_archival_embedding_hnsw" in indexes
+        assert conn.execute(sa.text("select extversion from pg_extension where extname='vector'")).scalar()
+
+
+def _video(session) -> int:
+    batch = Batch(request="r", theme="t", total=1)
+    session.add(batch)
+    session.flush()
+    video = Video(batch_id=batch.id, position=1, concept="c", attempt_count=1)
+    session.add(video)
+    session.flush()
+    return video.id
+
+
+def test_state_machine_guards(clean):
+    with db.session_scope(clean) as s:
+        vid = _video(s)
+    with db.session_scope(clean) as s:
+        assert states.transition(s, vid, VideoState.pending, VideoState.writing, attempt=1)
+    with db.session_scope(clean) as s:  # the same message delivered again: no-op
+        assert not states.transition(s, vid, VideoState.pending, VideoState.writing, attempt=1)
+    with db.session_scope(clean) as s:  # the wrong attempt: no-op
+        assert not states.transition(s, vid, VideoState.writing, VideoState.generating, attempt=2)
+    with pytest.raises(states.IllegalTransition):
+        with db.session_scope(clean) as s:
+            states.transition(s, vid, VideoState.writing, VideoState.accepted)
+    with db.session_scope(clean) as s:
+        assert s.get(Video, vid).state == VideoState.writing
+        assert states.fail(s, vid, "stuck")
+        assert not states.fail(s, vid, "stuck again")
+    with db.session_scope(clean) as s:
+        v = s.get(Video, vid)
+        assert v.state == VideoState.failed and v.failure_reasons == ["stuck"]
+
+
+def test_routing_by_package(settings):
+    from mas.celery_app import app
+
+    router = app.amqp.router
+    assert router.route({}, "gpu.tasks.generate_video")["queue"].name == "gpu"
+    assert router.route({}, "gpu.health.ping")["queue"].name == "gpu"
+    assert router.route({}, "tasks.pipeline.plan_batch")["queue"].name == "cpu"
+    conf = app.conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.broker_transport_options["visibility_timeout"] > settings.max_render_seconds
+    assert conf.result_backend_transport_options["visibility_timeout"] > settings.max_render_seconds
+    assert conf.accept_content == ["json"]
+
+
+def test_chain_and_chord_across_queues(workers):
+    from celery import chain, chord
+
+    from mas.celery_app import app
+
+    gpu_ping = app.signature("gpu.health.ping", args=["g"])
+    cpu_ping = app.signature("tasks.health.ping", args=["c"])
+    res = chain(app.signature("gpu.health.ping", args=["g"]), app.signature("tasks.health.ping")).apply_async()
+    assert res.get(timeout=60)["worker"] == "cpu@test"
+    assert res.parent.get(timeout=5)["worker"] == "gpu@test"
+    joined = chord([gpu_ping, cpu_ping, gpu_ping.clone()])(app.signature("tasks.health.collect")).get(timeout=60)
+    assert joined == {"queues": ["cpu", "gpu", "gpu"], "count": 3}
+
+
+def test_gpu_task_lands_only_on_gpu_worker(workers):
+    from mas.celery_app import app
+
+    results = [app.send_task("gpu.health.ping") for _ in range(3)]
+    assert {r.get(timeout=60)["worker"] for r in results} == {"gpu@test"}
