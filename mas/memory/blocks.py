@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
 
 from mas.config import Settings
 from mas.db import session_scope
@@ -160,48 +161,53 @@ def versioned(settings: Settings, label: str) -> MemoryBlock:
 Change = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def update(settings: Settings, label: str, change: Change, *, actor: str) -> dict[str, Any]:
+def update(
+    settings: Settings, label: str, change: Change, *, actor: str, session: Session | None = None
+) -> dict[str, Any]:
     """Apply `change` atomically and return the new value.
 
     `change` is either a dict of fields to set, or a function from the current value to the fields to
-    set (for read-modify-write such as counters and list appends, run under the row lock).
+    set (for read-modify-write such as counters and list appends, run under the row lock). Pass
+    `session` to make the change part of a larger transaction (committed or rolled back with it).
     """
+    if session is None:
+        with session_scope(settings) as own:
+            return update(settings, label, change, actor=actor, session=own)
     schema = _schema(label)
-    with session_scope(settings) as session:
-        row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one_or_none()
-        if row is None:
-            _ensure_rows(session, settings)
-            row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one()
-        current = dict(row.value)
-        fields = change(dict(current)) if callable(change) else dict(change)
-        unknown = set(fields) - set(schema.model_fields)
-        if unknown:
-            raise BlockError(f"{label} has no field {', '.join(sorted(unknown))}; fields: {', '.join(schema.model_fields)}")
-        try:
-            new = schema.model_validate({**current, **fields}).model_dump()
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise BlockError(f"{label}.{where}: {err['msg']}") from None
-        size = len(json.dumps(new))
-        if size > settings.core_block_max_chars:
-            raise BlockError(
-                f"{label} would be {size} characters, over its cap of {settings.core_block_max_chars}; "
-                "move old entries to archival memory first"
-            )
-        changed = [f for f in schema.model_fields if new[f] != current.get(f)]
-        if not changed:
-            return new
-        stamp = now_iso()
-        row.version += 1
-        row.value = new
-        row.field_updated_at = {**row.field_updated_at, **{f: stamp for f in changed}}
-        row.updated_at = sa.func.now()
-        session.add_all(
-            MemoryBlockChange(label=label, version=row.version, field=f, old=current.get(f), new=new[f], actor=actor)
-            for f in changed
+    row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one_or_none()
+    if row is None:
+        _ensure_rows(session, settings)
+        row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one()
+    current = dict(row.value)
+    fields = change(dict(current)) if callable(change) else dict(change)
+    unknown = set(fields) - set(schema.model_fields)
+    if unknown:
+        raise BlockError(f"{label} has no field {', '.join(sorted(unknown))}; fields: {', '.join(schema.model_fields)}")
+    try:
+        new = schema.model_validate({**current, **fields}).model_dump()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise BlockError(f"{label}.{where}: {err['msg']}") from None
+    size = len(json.dumps(new))
+    if size > settings.core_block_max_chars:
+        raise BlockError(
+            f"{label} would be {size} characters, over its cap of {settings.core_block_max_chars}; "
+            "move old entries to archival memory first"
         )
+    changed = [f for f in schema.model_fields if new[f] != current.get(f)]
+    if not changed:
         return new
+    stamp = now_iso()
+    row.version += 1
+    row.value = new
+    row.field_updated_at = {**row.field_updated_at, **{f: stamp for f in changed}}
+    row.updated_at = sa.func.now()
+    session.add_all(
+        MemoryBlockChange(label=label, version=row.version, field=f, old=current.get(f), new=new[f], actor=actor)
+        for f in changed
+    )
+    return new
 
 
 def set_field(settings: Settings, label: str, field: str, raw: str, *, actor: str = "user") -> dict[str, Any]:

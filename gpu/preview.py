@@ -1,0 +1,106 @@
+"""The `preview` renderer and grader: offline stand-ins for LTX-2 and DQA, and they say so.
+
+The renderer writes a real short H.264 mp4 of animated colour cards in the prompt's palette. It responds
+to the prompt the way a weak video model responds to a vague one: without "sharp focus" the frames are
+noisy, without "steady camera" the motion jitters, without "dominant colours" the palette is washed out.
+The grader measures those three properties on the decoded frames (noise, frame-to-frame change, distance
+to the requested palette) and maps their mean to a grade. Neither is a video model or a quality model;
+they exist so the whole pipeline, refinement loop included, runs on a machine with no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import imageio_ffmpeg
+import numpy as np
+
+from mas.palette import palette_of
+
+NAME = "preview"
+GRADE_CUTOFFS = (("A", 0.85), ("B", 0.70), ("C", 0.55), ("D", 0.40))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreviewRenderer:
+    width: int = 192
+    height: int = 112
+    frames: int = 24
+    fps: int = 12
+
+    def __call__(self, *, prompt: str, seed: int, output: Path) -> Path:
+        """Render `prompt` to `output` (written to a temporary name, then renamed: never half a file)."""
+        rng = np.random.default_rng(seed)
+        text = prompt.lower()
+        noise = 8.0 if "sharp focus" in text else 45.0
+        jitter = 1 if "steady camera" in text else 10
+        vivid = 1.0 if "dominant colours" in text else 0.45
+        palette = np.array(palette_of(prompt), dtype=np.float32)
+        grey = np.full(3, 128, dtype=np.float32)
+        colours = vivid * palette + (1 - vivid) * grey
+        band = self.width // len(colours) + 1
+        ramp = 18 * np.sin(np.linspace(0, 6 * np.pi, self.width))[:, None]
+        base = np.repeat(colours, band, axis=0)[: self.width] + ramp
+        card = np.broadcast_to(base, (self.height, self.width, 3))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        partial = output.with_name(output.name + ".partial.mp4")
+        writer = imageio_ffmpeg.write_frames(
+            str(partial), (self.width, self.height), fps=self.fps, codec="libx264",
+            output_params=["-metadata", "comment=mas preview render (offline stand-in, not a video model)"],
+            macro_block_size=16, ffmpeg_log_level="error",
+        )
+        writer.send(None)
+        for i in range(self.frames):
+            shift = i * 2 + int(rng.integers(-jitter, jitter + 1))
+            frame = np.roll(card, shift, axis=1) + rng.normal(0, noise, card.shape)
+            writer.send(np.clip(frame, 0, 255).astype(np.uint8).tobytes())
+        writer.close()
+        os.replace(partial, output)
+        return output
+
+
+def read_frames(path: Path) -> np.ndarray:
+    """Decode an mp4 into an array of RGB frames (frames, height, width, 3)."""
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = reader.__next__()
+    w, h = meta["size"]
+    frames = [np.frombuffer(buf, dtype=np.uint8).reshape(h, w, 3) for buf in reader]
+    if not frames:
+        raise ValueError(f"{path} holds no frames")
+    return np.stack(frames)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreviewGrader:
+    """Scores sharpness, smoothness and palette adherence of a video in [0, 1] and grades their mean."""
+
+    def __call__(self, *, video: Path, prompt: str) -> tuple[dict[str, float], str]:
+        frames = read_frames(video).astype(np.float32)
+        # noise: mean absolute difference between horizontally adjacent pixels inside colour bands
+        detail = np.abs(np.diff(frames, axis=1)).mean()
+        sharpness = float(np.clip(1 - (detail - 2) / 30, 0, 1))
+        # smoothness: the pan measured between consecutive frames, against a steady 2-pixel pan
+        profiles = frames.mean(axis=(1, 3))
+        shifts = [
+            min(range(-16, 17), key=lambda d: np.abs(np.roll(a, d) - b).mean())
+            for a, b in zip(profiles[:-1], profiles[1:])
+        ]
+        smoothness = float(np.clip(1 - np.mean(np.abs(np.array(shifts) - 2)) / 6, 0, 1))
+        # palette: mean distance of the average band colour to the nearest requested colour
+        palette = np.array(palette_of(prompt), dtype=np.float32)
+        columns = frames.mean(axis=(0, 1))
+        dist = np.min(np.linalg.norm(columns[:, None, :] - palette[None, :, :], axis=2), axis=1).mean()
+        adherence = float(np.clip(1 - dist / 90, 0, 1))
+        scores = {"sharpness": round(sharpness, 4), "smoothness": round(smoothness, 4), "palette": round(adherence, 4)}
+        total = float(np.mean(list(scores.values())))
+        scores["total"] = round(total, 4)
+        return scores, to_grade(total)
+
+
+def to_grade(score: float) -> str:
+    for grade, cutoff in GRADE_CUTOFFS:
+        if score >= cutoff:
+            return grade
+    return "F"

@@ -1,0 +1,94 @@
+"""The gpu queue's pipeline steps: render an attempt, then grade it.
+
+Both are guarded like the cpu steps: a render redelivered after its worker died (state still
+`generating`, no output yet) renders again; a step whose work is already committed passes the payload on;
+anything further along stops the chain.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+from celery.exceptions import Ignore
+
+from mas import states
+from mas.celery_app import app
+from mas.db import session_scope
+from mas.models import Attempt, Video, VideoState
+from mas.outcomes import fail_on_delivery_cap
+
+S = VideoState
+
+
+def renderer(settings):
+    if settings.video_backend == "preview":
+        from gpu.preview import PreviewRenderer
+
+        return PreviewRenderer()
+    raise NotImplementedError(f"video backend {settings.video_backend!r} is not available yet; use 'preview'")
+
+
+def grader(settings):
+    if settings.grader == "preview":
+        from gpu.preview import PreviewGrader
+
+        return PreviewGrader()
+    raise NotImplementedError(f"grader {settings.grader!r} is not available yet; use 'preview'")
+
+
+def output_path(settings, video: Video, attempt: int) -> Path:
+    """Where an attempt's video goes: a name we choose, inside the output folder."""
+    return settings.videos_dir / f"batch-{video.batch_id}" / f"video-{video.id}-attempt-{attempt}.mp4"
+
+
+@app.task(name="gpu.tasks.generate_video", bind=True, on_delivery_cap=fail_on_delivery_cap)
+def generate_video(self, payload: dict) -> dict:
+    """Render the attempt's prompt to an mp4."""
+    settings = self.app.settings
+    video_id, attempt = payload["video_id"], payload["attempt"]
+    with session_scope(settings) as session:
+        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one()
+        if video.attempt_count != attempt or video.state not in (S.writing, S.generating, S.evaluating):
+            raise Ignore()
+        if video.state == S.evaluating:
+            return payload  # rendered before; the next message was never sent
+        if video.state == S.writing:
+            states.transition(session, video_id, S.writing, S.generating, attempt=attempt)
+        row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
+        prompt, seed, target = row.prompt, row.seed, output_path(settings, video, attempt)
+    self.update_state(state="PROGRESS", meta={**payload, "step": "rendering"})
+    started = time.monotonic()
+    path = renderer(settings)(prompt=prompt, seed=seed, output=target)
+    seconds = time.monotonic() - started
+    with session_scope(settings) as session:
+        moved = states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt)
+        if moved:
+            session.execute(
+                sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)
+                .values(output_path=str(path), render_seconds=seconds, backend=settings.video_backend)
+            )
+    return payload
+
+
+@app.task(name="gpu.tasks.evaluate_video", bind=True, on_delivery_cap=fail_on_delivery_cap)
+def evaluate_video(self, payload: dict) -> dict:
+    """Grade the rendered attempt and store its per-axis scores."""
+    settings = self.app.settings
+    video_id, attempt = payload["video_id"], payload["attempt"]
+    with session_scope(settings) as session:
+        video = session.get(Video, video_id)
+        if video.state != S.evaluating or video.attempt_count != attempt:
+            raise Ignore()
+        row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
+        if row.grade is not None:
+            return payload
+        path, prompt = Path(row.output_path), row.prompt
+    scores, grade = grader(settings)(video=path, prompt=prompt)
+    with session_scope(settings) as session:
+        session.execute(
+            sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt, Attempt.grade.is_(None))
+            .values(scores=scores, grade=grade, grader=settings.grader, finished_at=sa.func.now())
+        )
+    return {**payload, "grade": grade}

@@ -1,0 +1,103 @@
+"""The agent roles as small interfaces, and the typed messages they exchange.
+
+A backend (offline rules today, a Letta server later) implements these four roles; tasks only ever talk
+to the interfaces, so a backend drops in through `mas.agents.backend(settings)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mas.requests import ProductionRequest
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedVideo:
+    concept: str
+    label: str | None = None  # A/B variation label
+    approach: str = ""  # A/B variation approach
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    videos: list[PlannedVideo]
+    series_style: str = ""
+    consistency_rules: list[str] = field(default_factory=list)
+    series_elements: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StylePreferences:
+    """What a user's feedback says about colour, mood, theme and pacing, and what it rules out."""
+
+    colors: str = ""
+    moods: str = ""
+    themes: str = ""
+    pacing: str = ""
+    disliked: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriterBrief:
+    """Everything the Writer may use for one prompt."""
+
+    concept: str
+    attempt: int
+    user_style: dict
+    series: dict
+    winning_patterns: list[str]
+    failure_patterns: list[str]
+    past_successes: list[str]
+    previous_failures: list[str] = field(default_factory=list)
+    approach: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Draft:
+    prompt: str
+    negative_prompt: str
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """The Cameraman's decision on one attempt."""
+
+    action: str  # "accept" | "refine" | "fail"
+    failure_reasons: list[str]
+    strategy: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Consolidation:
+    summary: str
+    learnings: list[str]
+
+
+class Director(Protocol):
+    def plan(self, request: ProductionRequest, *, episodes_done: int = 0) -> Plan: ...
+
+    def read_style(self, feedback: str) -> StylePreferences: ...
+
+
+class Writer(Protocol):
+    def write(self, brief: WriterBrief) -> Draft: ...
+
+
+class Cameraman(Protocol):
+    def review(
+        self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int
+    ) -> Verdict: ...
+
+
+class Consolidator(Protocol):
+    def consolidate(self, *, activity: list[str]) -> Consolidation: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agents:
+    director: Director
+    writer: Writer
+    cameraman: Cameraman
+    consolidator: Consolidator

@@ -1,0 +1,87 @@
+"""What happens when a video reaches a final state, shared by the cpu and gpu steps.
+
+The batch counters, series progress, batch completion and the interaction count move in the same
+transaction as the video's own final transition, so they are exact however often a message is delivered.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from mas import states
+from mas.celery_app import app
+from mas.db import session_scope
+from mas.memory import blocks
+from mas.models import AgentBuffer, Batch, BatchStatus, Series, Video, VideoState
+
+S = VideoState
+KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
+CONSOLIDATE_TASK = "tasks.pipeline.consolidate"
+
+
+def fail_on_delivery_cap(task, args, kwargs, *, deliveries: int) -> None:
+    """A step whose worker kept dying: the video is failed with the reason, and the batch goes on."""
+    payload = args[0] if args else kwargs.get("payload")
+    video_id = payload["video_id"] if isinstance(payload, dict) else payload
+    settings = task.app.settings
+    due = False
+    with session_scope(settings) as session:
+        if states.fail(session, video_id, f"{task.name} lost its worker {deliveries} times"):
+            due = finish_video(settings, session, video_id)
+    if due:
+        app.send_task(CONSOLIDATE_TASK)
+
+
+
+def finish_video(settings, session, video_id: int) -> bool:
+    """A video reached accepted or failed: batch counters, series progress, batch completion.
+
+    Counts the interaction; True when a sleeptime consolidation is due (send it after the commit).
+    """
+    video = session.get(Video, video_id)
+    session.refresh(video)
+    batch = session.execute(sa.select(Batch).where(Batch.id == video.batch_id).with_for_update()).scalar_one()
+    entry = {"video_id": video.id, "batch_id": batch.id, "grade": video.grade, "attempts": video.attempt_count}
+
+    def queue(v):
+        change = {
+            "PENDING_VIDEOS": [x for x in v["PENDING_VIDEOS"] if x != video.id],
+            "IN_PROGRESS": None if v["IN_PROGRESS"] == str(video.id) else v["IN_PROGRESS"],
+        }
+        if v["BATCH_ID"] == str(batch.id):
+            change["BATCH_COMPLETE"] = v["BATCH_COMPLETE"] + 1
+        if video.state == S.accepted:
+            change["COMPLETED_TODAY"] = (v["COMPLETED_TODAY"] + [entry])[-KEEP:]
+        else:
+            change["FAILED_RETRIES"] = (v["FAILED_RETRIES"] + [{**entry, "reasons": video.failure_reasons}])[-KEEP:]
+        return change
+
+    blocks.update(settings, "production_queue", queue, actor="cameraman", session=session)
+    if batch.series_id and video.state == S.accepted:
+        series = session.execute(sa.select(Series).where(Series.id == batch.series_id).with_for_update()).scalar_one()
+        series.episodes_completed += 1
+        blocks.update(settings, "current_series", lambda v: {
+            "EPISODES_COMPLETED": series.episodes_completed
+        } if v["ACTIVE_SERIES"] == series.name else {}, actor="cameraman", session=session)
+    live = session.scalar(
+        sa.select(sa.func.count()).select_from(Video).where(
+            Video.batch_id == batch.id, Video.state.not_in(list(states.TERMINAL))
+        )
+    )
+    if live == 0 and batch.status == BatchStatus.running:
+        batch.status = BatchStatus.done
+        batch.updated_at = sa.func.now()
+        blocks.update(settings, "production_queue", lambda v: {"QUEUE_STATUS": "complete"} if v["BATCH_ID"] == str(batch.id) else {}, actor="director", session=session)
+        blocks.update(settings, "session_state", lambda v: {
+            "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id],
+            "IN_PROGRESS_PROJECT": None,
+            "QUEUED_VIDEOS": [],
+            "LAST_ACTIVITY": blocks.now_iso(),
+        }, actor="director", session=session)
+    interactions = session.execute(
+        pg_insert(AgentBuffer).values(agent="director", summary="", failed_summaries=0, interactions=1)
+        .on_conflict_do_update(index_elements=["agent"], set_={"interactions": AgentBuffer.interactions + 1})
+        .returning(AgentBuffer.interactions)
+    ).scalar_one()
+    return interactions % settings.sleeptime_frequency == 0
