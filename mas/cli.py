@@ -239,5 +239,237 @@ def _follow(settings: Settings, batch_id: int | None, *, poll: float = 1.0) -> N
             live.update(_batch_table(batch))
 
 
+@main.command()
+@click.option("--batch", type=int, default=None, help="Only this batch's videos.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.pass_obj
+def videos(settings: Settings, batch: int | None, limit: int) -> None:
+    """List finished and running videos with their grades and files."""
+    import sqlalchemy as sa
+
+    from mas.db import session_scope
+    from mas.models import Video
+
+    _ready(settings)
+    with session_scope(settings) as session:
+        stmt = sa.select(Video).order_by(Video.id.desc()).limit(limit)
+        if batch is not None:
+            stmt = stmt.where(Video.batch_id == batch)
+        rows = session.scalars(stmt).all()
+    if not rows:
+        console.print("no videos yet" if batch is None else f"batch {batch} has no videos")
+        return
+    table = Table("video", "batch", "state", "grade", "attempts", "file")
+    for v in reversed(rows):
+        table.add_row(str(v.id), str(v.batch_id), v.state.value, v.grade or "", str(v.attempt_count), v.output_path or "")
+    console.print(table)
+    console.print(f"videos are written under {settings.videos_dir}")
+
+
+@main.command()
+@click.argument("feedback")
+@click.pass_obj
+def style(settings: Settings, feedback: str) -> None:
+    """Teach the studio your taste, e.g. "I prefer dark moody aesthetics with purple and blue tones"."""
+    from mas.preferences import PreferenceError, learn_style
+
+    _ready(settings)
+    try:
+        value = learn_style(settings, feedback)
+    except PreferenceError as exc:
+        _fail(str(exc))
+    _print_block("user_style", value)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--episodes", type=int, default=3, show_default=True, help="Episodes to make now.")
+@click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
+@click.pass_obj
+def series(settings: Settings, name: str, episodes: int, wait: bool) -> None:
+    """Make (or continue) a series: episodes keep its style and consistency rules across sessions."""
+    _submit(settings, f"Create a {episodes}-part {name} series", wait)
+
+
+@main.command()
+@click.argument("concept")
+@click.option("--variations", type=int, default=3, show_default=True)
+@click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
+@click.pass_obj
+def ab(settings: Settings, concept: str, variations: int, wait: bool) -> None:
+    """Render variations of one concept; then choose the winner with `mas pick TEST LABEL`."""
+    _submit(settings, f'Generate {variations} variations of "{concept}"', wait)
+
+
+def _submit(settings: Settings, request: str, wait: bool) -> None:
+    from mas.production import submit
+    from mas.requests import RequestError, parse_request
+
+    try:
+        parsed = parse_request(request, settings)
+    except RequestError as exc:
+        _fail(str(exc))
+    _ready(settings)
+    batch_id = submit(settings, parsed)
+    console.print(f"batch {batch_id}: {parsed.count} x {parsed.kind} of {parsed.theme!r} queued")
+    if wait:
+        _follow(settings, batch_id)
+
+
+@main.command()
+@click.argument("test", type=int)
+@click.argument("label")
+@click.pass_obj
+def pick(settings: Settings, test: int, label: str) -> None:
+    """Choose the winning variation of A/B test TEST (label A, B, ...)."""
+    from mas.preferences import PreferenceError, pick as record_pick
+
+    _ready(settings)
+    try:
+        value = record_pick(settings, test, label)
+    except PreferenceError as exc:
+        _fail(str(exc))
+    console.print(f"test {test}: {label.upper()} recorded as the winner")
+    _print_block("ab_testing", value)
+
+
+@main.command()
+@click.option("--yes", is_flag=True, help="Resume without asking.")
+@click.pass_obj
+def resume(settings: Settings, yes: bool) -> None:
+    """Offer and restart the work a previous session left pending."""
+    from mas.celery_app import app
+    from mas.memory import blocks
+
+    _ready(settings)
+    pending = blocks.read(settings, "session_state")["PENDING_WORK"]
+    if not pending:
+        console.print("nothing to resume: no pending work")
+        return
+    for work in pending:
+        console.print(f"pending: batch {work['batch_id']}: {work['request']}")
+    if not yes and not click.confirm("resume these now?", default=True):
+        console.print("left pending")
+        return
+    for work in pending:
+        app.send_task("tasks.pipeline.resume_batch", args=[work["batch_id"]])
+    console.print(f"resumed {len(pending)} batch(es); follow with `mas status --follow`")
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+
+@main.group()
+def memory() -> None:
+    """Inspect and edit the studio's memory: core blocks, archival passages."""
+
+
+def _print_block(label: str, value: dict) -> None:
+    import json
+
+    table = Table("field", "value", title=label)
+    for field, v in value.items():
+        table.add_row(field, v if isinstance(v, str) else json.dumps(v))
+    console.print(table)
+
+
+@memory.command("show")
+@click.argument("label", required=False)
+@click.pass_obj
+def memory_show(settings: Settings, label: str | None) -> None:
+    """Show one core block, or all six."""
+    from mas.memory import blocks
+
+    _ready(settings)
+    try:
+        shown = {label: blocks.read(settings, label)} if label else blocks.read_all(settings)
+    except blocks.BlockError as exc:
+        _fail(str(exc))
+    for name, value in shown.items():
+        _print_block(name, value)
+
+
+@memory.command("set")
+@click.argument("label")
+@click.argument("field")
+@click.argument("value")
+@click.pass_obj
+def memory_set(settings: Settings, label: str, field: str, value: str) -> None:
+    """Set FIELD of block LABEL; VALUE is JSON (3, "text", ["a","b"], null) or plain text."""
+    from mas.memory import blocks
+
+    _ready(settings)
+    try:
+        new = blocks.set_field(settings, label, field, value, actor="cli")
+    except blocks.BlockError as exc:
+        _fail(str(exc))
+    _print_block(label, new)
+
+
+@memory.command("history")
+@click.argument("label")
+@click.option("--limit", type=int, default=30, show_default=True)
+@click.pass_obj
+def memory_history(settings: Settings, label: str, limit: int) -> None:
+    """Show who changed which field of a block, when, from what to what."""
+    import json
+
+    from mas.memory import blocks
+
+    _ready(settings)
+    try:
+        changes = blocks.history(settings, label, limit=limit)
+    except blocks.BlockError as exc:
+        _fail(str(exc))
+    table = Table("version", "when", "who", "field", "old", "new", title=f"{label} history")
+    for c in changes:
+        table.add_row(str(c.version), c.changed_at.strftime("%Y-%m-%d %H:%M:%S"), c.actor, c.field,
+                      json.dumps(c.old)[:60], json.dumps(c.new)[:60])
+    console.print(table)
+
+
+@memory.command("search")
+@click.argument("text")
+@click.option("--tag", "tags", multiple=True, help="Only passages with this tag (repeatable).")
+@click.option("--limit", type=int, default=10, show_default=True)
+@click.pass_obj
+def memory_search(settings: Settings, text: str, tags: tuple[str, ...], limit: int) -> None:
+    """Search archival memory by meaning."""
+    from mas.memory.archival import ArchivalMemory
+
+    _ready(settings)
+    try:
+        results = ArchivalMemory(settings).search(text, tags=list(tags) or None, limit=limit)
+    except ValueError as exc:
+        _fail(str(exc))
+    if not results:
+        console.print("no passages match")
+        return
+    table = Table("id", "similarity", "tags", "when", "text")
+    for r in results:
+        table.add_row(str(r.id), f"{r.similarity:.3f}", ",".join(r.tags), r.created_at.strftime("%Y-%m-%d %H:%M"), r.text[:120])
+    console.print(table)
+
+
+@memory.command("stats")
+@click.pass_obj
+def memory_stats(settings: Settings) -> None:
+    """How much archival memory holds, by tag, and over what time: what the agents know and don't."""
+    from mas.memory import recall
+    from mas.memory.archival import ArchivalMemory
+
+    _ready(settings)
+    stats = ArchivalMemory(settings).stats()
+    console.print(f"archival passages: {stats.total} (oldest {stats.oldest or '-'}, newest {stats.newest or '-'})")
+    table = Table("tag", "passages")
+    for tag, n in stats.per_tag.items():
+        table.add_row(tag, str(n))
+    console.print(table)
+    buffers = Table("agent", "messages in context")
+    for agent in recall.AGENTS:
+        buffers.add_row(agent, str(recall.count(settings, agent)))
+    console.print(buffers)
+
+
 if __name__ == "__main__":
     main()

@@ -7,6 +7,7 @@ PostgreSQL advisory lock so several workers starting at once migrate exactly onc
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 from functools import lru_cache
 from typing import Iterator
 
@@ -27,7 +28,7 @@ class DatabaseUnavailable(RuntimeError):
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", "mas:migrations")
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg

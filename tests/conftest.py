@@ -54,14 +54,18 @@ def engine(settings) -> sa.Engine:
 
 @pytest.fixture
 def clean(settings, engine):
-    """Empty every table and the broker before a test."""
+    """Empty every table and every queue and result before a test."""
     with engine.begin() as conn:
         tables = conn.execute(
             sa.text("select tablename from pg_tables where schemaname='public' and tablename<>'alembic_version'")
         ).scalars().all()
         if tables:
             conn.execute(sa.text(f"truncate {', '.join(tables)} restart identity cascade"))
-    services.redis_client(settings).flushdb()
+    client = services.redis_client(settings)
+    # keep kombu's exchange bindings: without them published messages are silently dropped
+    stale = [k for k in client.scan_iter(count=1000) if not k.startswith(b"_kombu.binding.")]
+    if stale:
+        client.delete(*stale)
     return settings
 
 

@@ -61,3 +61,174 @@ def test_batch_production(clean, workers):
     with db.session_scope(clean) as s:  # an archival entry for every attempt
         n_attempts = s.scalar(sa.select(sa.func.count()).select_from(Attempt).join(Video).where(Video.batch_id == batch_id))
         assert s.scalar(sa.select(sa.func.count()).select_from(ArchivalPassage).where(ArchivalPassage.tags.contains(["quality"]))) == n_attempts
+
+
+def test_style_learning_and_personalization(clean, workers):
+    result = run_cli("style", "I prefer dark moody aesthetics with purple and blue tones")
+    assert result.exit_code == 0, result.output
+    style = blocks.read(clean, "user_style")
+    assert style["COLOR_PREFERENCES"] == "purple, blue" and "moody" in style["MOOD_PREFERENCES"]
+    assert "bright aesthetics" in style["DISLIKED_ELEMENTS"]
+    assert "warm orange and yellow tones" in style["DISLIKED_ELEMENTS"]
+    batch_id = enqueue("Create 2 videos of bright sunny orange meadows")
+    wait_batch(clean, batch_id)
+    for video in videos_of(clean, batch_id):
+        for attempt in attempts_of(clean, video.id):
+            prompt = attempt.prompt.lower()
+            assert "purple, blue" in prompt and "dark, moody atmosphere" in prompt
+            assert "bright" not in prompt and "orange" not in prompt  # disliked elements excluded
+            assert "bright aesthetics" in attempt.negative_prompt
+
+
+def test_quality_refinement_loop_learns_failure_patterns(clean, workers):
+    batch_id = enqueue("Create a video of a lighthouse")
+    wait_batch(clean, batch_id)
+    (video,) = videos_of(clean, batch_id)
+    attempts = attempts_of(clean, video.id)
+    # the first attempt of a studio with no learned patterns is weak and is refined
+    assert len(attempts) >= 2 and attempts[0].grade in ("C", "D", "F") and attempts[0].failure_reasons
+    assert video.state == VideoState.accepted and video.grade in ("A", "B")
+    assert "sharp focus" in attempts[-1].prompt  # the Writer fixed what the Cameraman named
+    quality = blocks.read(clean, "quality_standards")
+    assert set(attempts[0].failure_reasons) <= set(quality["FAILURE_PATTERNS_TO_AVOID"])
+    assert quality["REFINEMENT_STRATEGIES"]
+    # learned patterns prevent the same mistake: the next video passes on its first attempt
+    second = enqueue("Create a video of a windmill")
+    wait_batch(clean, second)
+    (next_video,) = videos_of(clean, second)
+    assert next_video.attempt_count == 1 and next_video.state == VideoState.accepted
+
+
+def test_multi_round_refinement_gives_up_after_max_retries(clean, workers):
+    assert run_cli("memory", "set", "quality_standards", "MIN_ACCEPTABLE_GRADE", "A").exit_code == 0
+    assert run_cli("memory", "set", "quality_standards", "MAX_RETRIES", "2").exit_code == 0
+    # palette adherence of an unnamed-colour prompt stays below A whatever the Writer adds
+    batch_id = enqueue("Create 2 videos of an orange, red and green carnival")
+    wait_batch(clean, batch_id)
+    videos = videos_of(clean, batch_id)
+    for video in videos:
+        attempts = attempts_of(clean, video.id)
+        assert 1 <= len(attempts) <= 2 and all(a.grade for a in attempts)
+        assert [a.number for a in attempts] == list(range(1, len(attempts) + 1))
+    failed = [v for v in videos if v.state == VideoState.failed]
+    queue = blocks.read(clean, "production_queue")
+    assert {f["video_id"] for f in queue["FAILED_RETRIES"]} == {v.id for v in failed}
+    for v in failed:
+        assert v.attempt_count == 2 and v.failure_reasons
+    assert queue["BATCH_COMPLETE"] == 2  # the batch went on and finished
+
+
+def test_content_series_continues_across_sessions(clean, workers):
+    result = run_cli("series", "Mythical Guardians", "--episodes", "2")
+    assert result.exit_code == 0, result.output
+    first = int(result.output.split()[1].rstrip(":"))
+    wait_batch(clean, first)
+    series = blocks.read(clean, "current_series")
+    assert series["ACTIVE_SERIES"] == "Mythical Guardians" and series["EPISODES_PLANNED"] == 2
+    assert series["SERIES_STYLE"] and series["CONSISTENCY_RULES"]
+    accepted = sum(v.state == VideoState.accepted for v in videos_of(clean, first))
+    assert series["EPISODES_COMPLETED"] == accepted
+    for video in videos_of(clean, first):
+        assert "series style: mythical guardians" in attempts_of(clean, video.id)[-1].prompt.lower()
+    result = run_cli("series", "Mythical Guardians", "--episodes", "1")  # a later session
+    second = int(result.output.split()[1].rstrip(":"))
+    wait_batch(clean, second)
+    (episode3,) = videos_of(clean, second)
+    assert "episode 3" in episode3.concept
+    assert blocks.read(clean, "current_series")["EPISODES_PLANNED"] == 3
+
+
+def test_ab_testing_with_preference_capture(clean, workers):
+    result = run_cli("ab", "a fox in the snow", "--variations", "3")
+    assert result.exit_code == 0, result.output
+    batch_id = int(result.output.split()[1].rstrip(":"))
+    wait_batch(clean, batch_id)
+    ab = blocks.read(clean, "ab_testing")
+    test_id = int(ab["ACTIVE_TEST"])
+    assert [v["label"] for v in ab["VARIATIONS"]] == ["A", "B", "C"]
+    assert len({v["approach"] for v in ab["VARIATIONS"]}) == 3
+    assert ab["VARIATION_A_ID"] and ab["VARIATION_B_ID"]
+    bad = run_cli("pick", str(test_id), "Z")
+    assert bad.exit_code != 0 and "no variation" in bad.output
+    assert blocks.read(clean, "ab_testing") == ab  # nothing changed
+    assert run_cli("pick", "9999", "A").exit_code != 0
+    ok = run_cli("pick", str(test_id), "B")
+    assert ok.exit_code == 0, ok.output
+    ab = blocks.read(clean, "ab_testing")
+    assert ab["USER_SELECTIONS"][-1]["label"] == "B" and ab["ACTIVE_TEST"] is None
+    approach_b = next(v["approach"] for v in ab["VARIATIONS"] if v["label"] == "B")
+    assert approach_b in ab["WINNING_PATTERNS"]
+    with db.session_scope(clean) as s:
+        sel = s.scalars(sa.select(ABSelection)).one()
+        assert sel.chosen_label == "B" and len(sel.rejected_prompts) == 2
+    closed = run_cli("pick", str(test_id), "A")
+    assert closed.exit_code != 0 and "closed" in closed.output
+    # the winning approach informs the next generation
+    later = enqueue("Create a video of a heron")
+    wait_batch(clean, later)
+    (video,) = videos_of(clean, later)
+    assert approach_b in attempts_of(clean, video.id)[0].prompt
+
+
+def test_cross_session_resume(clean, workers, studio_env):
+    from mas.celery_app import app
+
+    # a previous session: the batch is planned but its work was lost (the broker was emptied)
+    app.control.cancel_consumer("cpu", destination=["cpu@test"], reply=True)
+    try:
+        batch_id = enqueue("Create 2 videos of glass castles")
+        with db.session_scope(clean) as s:
+            assert s.get(Batch, batch_id).status == BatchStatus.queued
+        from mas import services
+
+        services.redis_client(clean).delete("cpu")  # the queued messages are gone
+    finally:
+        app.control.add_consumer("cpu", destination=["cpu@test"], reply=True)
+    # plan never ran, so PENDING_WORK is still empty: resume reports nothing and changes nothing
+    nothing = run_cli("resume", "--yes")
+    assert nothing.exit_code == 0 and "nothing to resume" in nothing.output
+    blocks.update(clean, "session_state", {"PENDING_WORK": [{"batch_id": batch_id, "request": "glass castles"}]}, actor="test")
+    result = run_cli("resume", "--yes")
+    assert result.exit_code == 0 and f"batch {batch_id}" in result.output
+    wait_batch(clean, batch_id)
+    assert blocks.read(clean, "session_state")["PENDING_WORK"] == []
+
+
+def test_sleeptime_consolidation_every_n_interactions(clean, workers):
+    batch_id = enqueue("Create 5 videos of deep sea creatures")
+    wait_batch(clean, batch_id)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = blocks.read(clean, "session_state")
+        if state["LAST_SESSION_SUMMARY"]:
+            break
+        time.sleep(0.5)
+    assert "5 videos finished" in state["LAST_SESSION_SUMMARY"]
+    from mas.memory import recall
+
+    # the sleeptime agent started from a clear buffer: only this run's messages are in context
+    assert recall.count(clean, "director_sleeptime") == 6
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["enqueue", ""], "empty"),
+        (["enqueue", "please do something nice"], "can't tell"),
+        (["enqueue", "Create 500 videos of cats"], "limit"),
+        (["enqueue", "Create -2 videos of cats"], "at least 1"),
+        (["enqueue", "x" * 5000], "characters"),
+        (["style", "hmm"], "no colour"),
+        (["pick", "12345", "A"], "no A/B test"),
+        (["memory", "set", "user_style", "NOPE", "1"], "no field"),
+        (["memory", "show", "nonsense"], "unknown memory block"),
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(clean, args, message):
+    before = blocks.read_all(clean)
+    result = run_cli(*args)
+    assert result.exit_code != 0 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    with db.session_scope(clean) as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Batch)) == 0
+    assert blocks.read_all(clean) == before

@@ -181,8 +181,9 @@ class ArchivalMemory:
         """`search` for an embedding already at hand; `exact` skips the HNSW index (slow, for checks).
 
         An HNSW scan yields at most `hnsw.ef_search` candidates and pgvector 0.6 applies filters after
-        it, so a selective filter can leave fewer than `limit` results although more passages match;
-        then the search is redone exactly, which is cheap precisely because few passages match.
+        it, so a selective filter can leave fewer than `limit` results although more passages match.
+        Then the search is redone exactly: cheap for tags, whose GIN index finds the few matching
+        passages; a narrow time window alone means a sequential scan, as created_at has no index.
         """
         if not 1 <= limit <= _EF_SEARCH_MAX:
             raise ValueError(f"limit must be between 1 and {_EF_SEARCH_MAX}, got {limit}")

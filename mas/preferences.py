@@ -1,0 +1,77 @@
+"""What the user teaches the studio directly: style feedback and A/B choices."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from mas import agents
+from mas.config import Settings
+from mas.db import session_scope
+from mas.memory import blocks
+from mas.models import ABSelection, ABTest, ABVariation, Attempt, Video, VideoState
+from mas.outcomes import KEEP
+
+
+class PreferenceError(ValueError):
+    """The feedback or choice can't be recorded; the message says why."""
+
+
+def learn_style(settings: Settings, feedback: str) -> dict:
+    """Director: read style feedback into user_style, adding its inverse to DISLIKED_ELEMENTS."""
+    if not feedback.strip():
+        raise PreferenceError("the feedback is empty: say what you like, e.g. \"dark moody purple tones\"")
+    prefs = agents.backend(settings).director.read_style(feedback)
+    if not any([prefs.colors, prefs.moods, prefs.themes, prefs.pacing]):
+        raise PreferenceError(
+            "I found no colour, mood, theme or pacing in that feedback; try e.g. "
+            "\"I prefer dark moody aesthetics with purple and blue tones\""
+        )
+
+    def change(v: dict) -> dict:
+        fields = {
+            "COLOR_PREFERENCES": prefs.colors or v["COLOR_PREFERENCES"],
+            "MOOD_PREFERENCES": prefs.moods or v["MOOD_PREFERENCES"],
+            "THEME_PREFERENCES": prefs.themes or v["THEME_PREFERENCES"],
+            "PACING_PREFERENCES": prefs.pacing or v["PACING_PREFERENCES"],
+            "DISLIKED_ELEMENTS": list(dict.fromkeys(v["DISLIKED_ELEMENTS"] + prefs.disliked))[-KEEP:],
+        }
+        return fields
+
+    return blocks.update(settings, "user_style", change, actor="director")
+
+
+def pick(settings: Settings, test_id: int, label: str) -> dict:
+    """Record the user's winner of an A/B test: USER_SELECTIONS, WINNING_PATTERNS, a DPO pair row."""
+    label = label.strip().upper()
+    with session_scope(settings) as session:
+        test = session.execute(sa.select(ABTest).where(ABTest.id == test_id).with_for_update()).scalar_one_or_none()
+        if test is None:
+            raise PreferenceError(f"there is no A/B test {test_id}; nothing changed")
+        if test.status != "open":
+            raise PreferenceError(f"A/B test {test_id} is closed (winner {test.winner_label}); nothing changed")
+        variations = {v.label: v for v in session.scalars(sa.select(ABVariation).where(ABVariation.test_id == test_id))}
+        if label not in variations:
+            raise PreferenceError(f"A/B test {test_id} has no variation {label!r}; labels: {', '.join(sorted(variations))}")
+        videos = {v.id: v for v in session.scalars(sa.select(Video).where(Video.id.in_([x.video_id for x in variations.values()])))}
+        unfinished = [v.id for v in videos.values() if v.state not in (VideoState.accepted, VideoState.failed)]
+        if unfinished:
+            raise PreferenceError(f"A/B test {test_id} is still rendering (videos {unfinished}); pick when it is done")
+
+        def final_prompt(video: Video) -> str:
+            return session.scalar(
+                sa.select(Attempt.prompt).where(Attempt.video_id == video.id, Attempt.number == video.attempt_count)
+            ) or ""
+
+        chosen = variations[label]
+        rejected = [final_prompt(videos[v.video_id]) for lbl, v in sorted(variations.items()) if lbl != label]
+        session.add(ABSelection(
+            test_id=test_id, chosen_label=label, chosen_prompt=final_prompt(videos[chosen.video_id]),
+            rejected_prompts=rejected, concept=test.concept,
+        ))
+        test.status, test.winner_label = "closed", label
+        selection = {"test": str(test_id), "label": label, "approach": chosen.approach, "concept": test.concept}
+        return blocks.update(settings, "ab_testing", lambda v: {
+            "USER_SELECTIONS": (v["USER_SELECTIONS"] + [selection])[-KEEP:],
+            "WINNING_PATTERNS": list(dict.fromkeys(v["WINNING_PATTERNS"] + [chosen.approach]))[-KEEP:],
+            "ACTIVE_TEST": None if v["ACTIVE_TEST"] == str(test_id) else v["ACTIVE_TEST"],
+        }, actor="user", session=session)
