@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 CPU_QUEUE = "cpu"
 GPU_QUEUE = "gpu"
-TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "gpu.health", "gpu.tasks"]
+TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "tasks.maintenance", "gpu.health", "gpu.tasks"]
 
 
 class StudioTask(Task):

@@ -120,3 +120,13 @@ def test_gpu_task_lands_only_on_gpu_worker(workers):
 
     results = [app.send_task("gpu.health.ping") for _ in range(3)]
     assert {r.get(timeout=60)["worker"] for r in results} == {"gpu@test"}
+
+
+def test_beat_schedule_names_registered_tasks(workers):
+    import beat_schedule
+    from mas.celery_app import app
+
+    registered = set(app.control.inspect(destination=["cpu@test"], timeout=5).registered()["cpu@test"])
+    for entry in beat_schedule.SCHEDULE.values():
+        assert entry["task"] in registered
+    assert app.send_task("tasks.maintenance.maintain_buffers").get(timeout=60)[0]["action"] == "ok"
