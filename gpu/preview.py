@@ -25,12 +25,15 @@ GRADE_CUTOFFS = (("A", 0.85), ("B", 0.70), ("C", 0.55), ("D", 0.40))
 
 @dataclass(frozen=True, kw_only=True)
 class PreviewRenderer:
+    name: str = NAME
     width: int = 192
     height: int = 112
     frames: int = 24
     fps: int = 12
 
-    def __call__(self, *, prompt: str, seed: int, output: Path) -> Path:
+    def __call__(
+        self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, progress=None
+    ) -> Path:
         """Render `prompt` to `output` (written to a temporary name, then renamed: never half a file)."""
         rng = np.random.default_rng(seed)
         text = prompt.lower()
@@ -56,6 +59,8 @@ class PreviewRenderer:
             shift = i * 2 + int(rng.integers(-jitter, jitter + 1))
             frame = np.roll(card, shift, axis=1) + rng.normal(0, noise, card.shape)
             writer.send(np.clip(frame, 0, 255).astype(np.uint8).tobytes())
+            if progress is not None:
+                progress(i + 1, self.frames)
         writer.close()
         os.replace(partial, output)
         return output

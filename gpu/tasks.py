@@ -13,6 +13,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from celery.exceptions import Ignore
 
+from gpu.backends import video_backend
 from mas import states
 from mas.celery_app import app
 from mas.db import session_scope
@@ -20,14 +21,6 @@ from mas.models import Attempt, Video, VideoState
 from mas.outcomes import fail_on_delivery_cap
 
 S = VideoState
-
-
-def renderer(settings):
-    if settings.video_backend == "preview":
-        from gpu.preview import PreviewRenderer
-
-        return PreviewRenderer()
-    raise NotImplementedError(f"video backend {settings.video_backend!r} is not available yet; use 'preview'")
 
 
 def grader(settings):
@@ -49,18 +42,22 @@ def generate_video(self, payload: dict) -> dict:
     settings = self.app.settings
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
-        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one()
-        if video.attempt_count != attempt or video.state not in (S.writing, S.generating, S.evaluating):
+        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
+        if video is None or video.attempt_count != attempt or video.state not in (S.writing, S.generating, S.evaluating):
             raise Ignore()
         if video.state == S.evaluating:
             return payload  # rendered before; the next message was never sent
         if video.state == S.writing:
             states.transition(session, video_id, S.writing, S.generating, attempt=attempt)
         row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
-        prompt, seed, target = row.prompt, row.seed, output_path(settings, video, attempt)
-    self.update_state(state="PROGRESS", meta={**payload, "step": "rendering"})
+        prompt, negative, seed = row.prompt, row.negative_prompt, row.seed
+        target = output_path(settings, video, attempt)
+
+    def progress(done: int, total: int) -> None:
+        self.update_state(state="PROGRESS", meta={**payload, "step": "rendering", "done": done, "total": total})
+
     started = time.monotonic()
-    path = renderer(settings)(prompt=prompt, seed=seed, output=target)
+    path = video_backend(settings)(prompt=prompt, negative_prompt=negative, seed=seed, output=target, progress=progress)
     seconds = time.monotonic() - started
     with session_scope(settings) as session:
         moved = states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt)
@@ -79,7 +76,7 @@ def evaluate_video(self, payload: dict) -> dict:
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
         video = session.get(Video, video_id)
-        if video.state != S.evaluating or video.attempt_count != attempt:
+        if video is None or video.state != S.evaluating or video.attempt_count != attempt:
             raise Ignore()
         row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
         if row.grade is not None:

@@ -17,6 +17,7 @@ from mas.config import Settings
 
 log = logging.getLogger(__name__)
 
+GRADE_PRIORITY = 6  # Redis priority of gpu grading tasks (0 is the highest)
 CPU_QUEUE = "cpu"
 GPU_QUEUE = "gpu"
 TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "tasks.maintenance", "gpu.health", "gpu.tasks"]
@@ -61,10 +62,18 @@ class Studio(Celery):
 
 def celery_config(settings: Settings) -> dict:
     transport = {"visibility_timeout": settings.visibility_timeout_seconds}
+    broker_transport = {
+        **transport,
+        # Redis emulates priorities with one list per step, polled best first. Renders (0) go before
+        # evaluations (GRADE_PRIORITY), so the gpu worker renders a batch's pending videos back to back
+        # and then grades them, instead of alternating video and quality models for every video.
+        "priority_steps": [0, 3, GRADE_PRIORITY, 9],
+        "queue_order_strategy": "priority",
+    }
     return dict(
         broker_url=settings.effective_broker_url,
         result_backend=settings.effective_result_backend,
-        broker_transport_options=transport,
+        broker_transport_options=broker_transport,
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
         include=TASK_PACKAGES,
@@ -76,6 +85,9 @@ def celery_config(settings: Settings) -> dict:
         task_default_exchange=CPU_QUEUE,
         task_default_routing_key=CPU_QUEUE,
         task_routes={
+            "gpu.tasks.evaluate_video": {
+                "queue": GPU_QUEUE, "exchange": GPU_QUEUE, "routing_key": GPU_QUEUE, "priority": GRADE_PRIORITY,
+            },
             "gpu.*": {"queue": GPU_QUEUE, "exchange": GPU_QUEUE, "routing_key": GPU_QUEUE},
             "tasks.*": {"queue": CPU_QUEUE, "exchange": CPU_QUEUE, "routing_key": CPU_QUEUE},
         },

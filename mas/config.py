@@ -71,6 +71,40 @@ class Settings(BaseSettings):
         default="preview", description="What grades videos on the gpu queue."
     )
 
+    # --- video generation -------------------------------------------------------------------------
+    video_width: int = Field(default=768, gt=0, description="Rendered width in pixels (multiple of 32).")
+    video_height: int = Field(default=512, gt=0, description="Rendered height in pixels (multiple of 32).")
+    video_frames: int = Field(default=121, gt=0, description="Frames per video (LTX wants 8k+1).")
+    video_fps: int = Field(default=24, gt=0, description="Frames per second of the written mp4.")
+    video_steps: int = Field(default=40, gt=0, description="Denoising steps per render.")
+    comfyui_url: str = Field(default="http://127.0.0.1:8188", description="ComfyUI server (comfyui backend).")
+    comfyui_workflow: Path | None = Field(
+        default=None, description="API-format workflow JSON used as the template for every render."
+    )
+    comfyui_nodes: dict[str, str] = Field(
+        default={
+            "prompt": "5222.value",
+            "seed": "5232:5158.noise_seed",
+            "output": "5075",
+        },
+        description="Where the template takes each value, as NODE_ID.INPUT_NAME (output: the SaveVideo "
+        "node id). Optional keys: negative_prompt, width, height, frames, fps.",
+    )
+    comfyui_retries: int = Field(default=3, ge=0, description="Retries of transient ComfyUI errors.")
+    diffusers_model_path: Path | None = Field(
+        default=None, description="Local folder of an LTX-2 (or LTX-Video) diffusers pipeline."
+    )
+    diffusers_pipeline: Literal["ltx2", "ltx"] = Field(
+        default="ltx2", description="LTX2Pipeline (LTX-2) or LTXPipeline (LTX-Video)."
+    )
+    torch_dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        default="bfloat16", description="Weights dtype of models loaded on the GPU worker."
+    )
+    cpu_offload: bool = Field(default=False, description="Offload idle pipeline parts to CPU (low VRAM).")
+    vram_budget_gb: float = Field(
+        default=0.0, ge=0, description="VRAM the resident models may use; 0 = the device's total."
+    )
+
     # --- requests ------------------------------------------------------------------------------
     max_request_chars: int = Field(default=2000, gt=0, description="Longest request accepted.")
     max_batch_videos: int = Field(default=100, gt=0, description="Most videos one request may ask for.")

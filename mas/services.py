@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import logging
 import os
 import pwd
 import shutil
@@ -31,9 +32,9 @@ import signal
 import subprocess
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import urlsplit
 
 import psutil
@@ -65,11 +66,14 @@ class ServiceInfo:
 def _locked(settings: Settings) -> Iterator[None]:
     """Serialize starting and stopping the embedded services of one data folder across processes.
 
-    An flock is released by the kernel when its holder dies, so a killed `mas` never leaves it held.
+    An flock is released by the kernel when its holder dies, so a killed `mas` never leaves it held. A data
+    folder that does not exist is not created just to be locked (`down` on it must write nothing).
     """
-    data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / ".services.lock", "a") as handle:
+    lockfile = settings.data_dir.resolve() / ".services.lock"
+    if not lockfile.parent.is_dir():
+        yield
+        return
+    with open(lockfile, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -194,6 +198,29 @@ def _postmaster(settings: Settings) -> _Postmaster | None:
     return _Postmaster(proc, lines) if _is_our_postmaster(proc, settings.pgdata) else None
 
 
+def _orphan_postmaster(settings: Settings) -> psutil.Process | None:
+    """A postmaster started on this data folder that its postmaster.pid no longer names (the file, or the
+    whole folder, was deleted under it). PostgreSQL notices that only after a minute or so."""
+    pgdata = str(settings.pgdata)
+    for proc in psutil.process_iter(attrs=["name", "cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if (proc.info.get("name") or "").startswith("postgres") and "-D" in cmdline and _alive(proc):
+            at = cmdline.index("-D")
+            if at + 1 < len(cmdline) and cmdline[at + 1] == pgdata:
+                return proc
+    return None
+
+
+def _stop_postmaster(proc: psutil.Process, first: int) -> None:
+    """Signal a postmaster: `first` (SIGINT: fast shutdown; SIGQUIT: immediate), then harder if it hangs."""
+    _signal(proc, first)
+    if not _wait_gone(proc, 30 if first == signal.SIGINT else 5):
+        _signal(proc, signal.SIGQUIT)
+        if not _wait_gone(proc, 5):
+            _signal(proc, signal.SIGKILL)
+            _wait_gone(proc, 5)
+
+
 def _clear_stale_postmaster_pid(settings: Settings) -> None:
     """Remove a postmaster.pid whose process is gone or is not our postgres (call with no server running).
 
@@ -212,8 +239,31 @@ def _import_pgserver():
     return pgserver, PostgresServer
 
 
+class _Collect(logging.Handler):
+    """Keeps pgserver's error records: they hold the stderr of a failed initdb / pg_ctl."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _pg_failure(messages: list[str], log: Path) -> str:
+    """The reason a start failed, in one line: what initdb / pg_ctl said, or the server log's last line."""
+    for message in reversed(messages):
+        if "stderr:" in message:
+            said = [line.strip() for line in message.split("stderr:", 1)[1].splitlines()]
+            said = [line for line in said if line and line != "---" and "Examine the log" not in line]
+            if said and not said[0].endswith("could not start server"):
+                return said[0]
+    return _log_tail(log)
+
+
 def start_postgres(settings: Settings) -> str:
     """Start (or find running) the embedded PostgreSQL; return its SQLAlchemy URL."""
+    settings.data_dir.resolve().mkdir(parents=True, exist_ok=True)
     with _locked(settings):
         deadline = time.monotonic() + 60
         while (running := _postmaster(settings)) is not None:
@@ -226,22 +276,38 @@ def start_postgres(settings: Settings) -> str:
                 )
             time.sleep(0.1)  # another process is starting or stopping it
 
-        _clear_stale_postmaster_pid(settings)
-        settings.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        if (orphan := _orphan_postmaster(settings)) is not None:
+            _stop_postmaster(orphan, signal.SIGINT)  # never two servers on one data folder
         pgserver, PostgresServer = _import_pgserver()
-        # pgserver hands back its cached object for a data folder it has seen in this process, without
-        # checking that the server still runs (it does not after `down`): forget it, so it starts again.
-        cached = PostgresServer._instances.pop(settings.pgdata, None)
-        if cached is not None:
-            atexit.unregister(cached._cleanup)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                pgserver.get_server(settings.pgdata, cleanup_mode=None)
-        except Exception as exc:  # pgserver raises plain CalledProcessError / AssertionError / TimeoutExpired
-            log = settings.pgdata / "log"
-            detail = _log_tail(log) or _first_line(exc)
-            raise ServiceError(f"embedded PostgreSQL did not start ({detail}); see {log}") from exc
+        log = settings.pgdata / "log"
+        fresh = not (settings.pgdata / "PG_VERSION").exists()
+        for attempt in (1, 2):
+            _clear_stale_postmaster_pid(settings)
+            # pgserver hands back its cached object for a data folder it has seen in this process, without
+            # checking that the server still runs (it does not after `down`): forget it, so it starts again.
+            cached = PostgresServer._instances.pop(settings.pgdata, None)
+            if cached is not None:
+                atexit.unregister(cached._cleanup)
+            failures = _Collect()
+            pglog = logging.getLogger("pgserver")
+            pglog.addHandler(failures)  # also keeps pgserver's error dumps off the user's terminal
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    pgserver.get_server(settings.pgdata, cleanup_mode=None)
+                break
+            except Exception as exc:  # pgserver raises plain CalledProcessError, AssertionError, ...
+                # As root, PostgreSQL runs as `pgserver`, and pgserver opens every folder above the data
+                # folder to it just before starting; whatever closes one again meanwhile (pytest does so
+                # to its /tmp/pytest-of-USER at every session start) fails the start: try once more.
+                detail = _pg_failure(failures.messages, log) or _first_line(exc)
+                if fresh:  # an initdb that failed half-way (and could not clean up) would poison every retry
+                    shutil.rmtree(settings.pgdata, ignore_errors=True)
+                if attempt == 2 or os.geteuid() != 0:
+                    see = f"; see {log}" if log.exists() else ""
+                    raise ServiceError(f"embedded PostgreSQL did not start ({detail}){see}") from exc
+            finally:
+                pglog.removeHandler(failures)
         running = _postmaster(settings)
         if running is None:
             raise ServiceError(f"embedded PostgreSQL did not start; see {settings.pgdata / 'log'}")
@@ -260,30 +326,28 @@ def _pgdata_owner(settings: Settings) -> str | None:
 
 def stop_postgres(settings: Settings) -> bool:
     """Stop the embedded PostgreSQL if it runs; True when something was stopped."""
-    if not settings.pgdata.exists():
-        return False
     with _locked(settings):
         running = _postmaster(settings)
         if running is None:
+            orphan = _orphan_postmaster(settings)
+            if orphan is not None:  # its data folder is gone (nothing to save) or it lost its pid file
+                _stop_postmaster(orphan, signal.SIGINT if settings.pgdata.is_dir() else signal.SIGQUIT)
             _clear_stale_postmaster_pid(settings)
-            return False
+            return orphan is not None
         _import_pgserver()
         from pgserver._commands import POSTGRES_BIN_PATH
 
-        pg_ctl = POSTGRES_BIN_PATH / "pg_ctl"
         try:
             subprocess.run(
-                [str(pg_ctl), "-D", str(settings.pgdata), "-w", "-t", "30", "-m", "fast", "stop"],
+                [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(settings.pgdata), "-w", "-t", "30", "-m", "fast",
+                 "stop"],
                 check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 user=_pgdata_owner(settings), timeout=40,
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
-            _signal(running.process, signal.SIGINT)  # what pg_ctl's "fast" mode sends
-        if not _wait_gone(running.process, 30):
-            _signal(running.process, signal.SIGQUIT)  # "immediate": no checkpoint, recovery on next start
-            if not _wait_gone(running.process, 5):
-                _signal(running.process, signal.SIGKILL)
-                _wait_gone(running.process, 5)
+            pass  # the signals below finish the job
+        if _alive(running.process):
+            _stop_postmaster(running.process, signal.SIGINT)  # SIGINT is what pg_ctl's "fast" mode sends
         return True
 
 
@@ -414,13 +478,14 @@ def _await_redis(settings: Settings, proc: psutil.Process | None, timeout: float
 
 def _kill_redis(proc: psutil.Process) -> None:
     _signal(proc, signal.SIGTERM)
-    if not _wait_gone(proc, 10):
+    if not _wait_gone(proc, 5):
         _signal(proc, signal.SIGKILL)
         _wait_gone(proc, 5)
 
 
 def start_redis(settings: Settings) -> str:
     """Start (or find running) the embedded Redis; return its broker URL."""
+    settings.data_dir.resolve().mkdir(parents=True, exist_ok=True)
     with _locked(settings):
         if _redis_ping(settings):
             return settings.effective_broker_url
@@ -461,16 +526,23 @@ def start_redis(settings: Settings) -> str:
 
 def stop_redis(settings: Settings) -> bool:
     """Stop the embedded Redis (saving its data); True when something was stopped."""
-    if not _redis_workdir(settings).exists():
-        return False
     with _locked(settings):
         proc = _redis_process(settings)
-        if proc is not None:
+        if proc is not None and not _redis_workdir(settings).is_dir():
+            # its data folder was deleted: nothing left to save, and a save that fails keeps Redis alive
+            _signal(proc, signal.SIGKILL)
+            _wait_gone(proc, 5)
+        elif proc is not None:
             client = _redis_probe(settings, timeout=60)
             try:
                 client.shutdown(save=True)
+            except redis.ResponseError:
+                # the final snapshot failed (disk full, say) and Redis refuses to exit, on SIGTERM too;
+                # the append-only file is flushed and synced on shutdown either way
+                with contextlib.suppress(redis.RedisError, OSError):
+                    client.shutdown(nosave=True)
             except (redis.RedisError, OSError):
-                _signal(proc, signal.SIGTERM)  # redis saves and exits on SIGTERM too
+                _signal(proc, signal.SIGTERM)  # its socket is gone: redis saves and exits on SIGTERM too
             finally:
                 client.close()
             if not _wait_gone(proc, 30):
@@ -566,7 +638,7 @@ def describe(settings: Settings) -> list[ServiceInfo]:
                 name="redis",
                 mode="embedded",
                 url=settings.effective_broker_url,
-                running=proc is not None and _redis_ping(settings),
+                running=_redis_ping(settings),
                 pid=proc.pid if proc else None,
                 data=str(_redis_workdir(settings)),
             )

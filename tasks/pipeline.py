@@ -157,7 +157,9 @@ def write_prompt(self, video_id: int, attempt: int) -> dict:
     settings = self.app.settings
     crew = agents.backend(settings)
     with session_scope(settings) as session:
-        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one()
+        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
+        if video is None:
+            raise Ignore()
         if video.state == S.writing and video.attempt_count == attempt:
             if session.scalar(sa.select(Attempt.id).where(Attempt.video_id == video_id, Attempt.number == attempt)):
                 return _payload(video, attempt)  # written before; the next message was never sent
@@ -190,9 +192,8 @@ def review(self, payload: dict) -> dict:
     crew = agents.backend(settings)
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
-        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one()
-        if video.state != S.evaluating or video.attempt_count != attempt:
-            _ensure_archived(settings, video_id, attempt)
+        video = session.get(Video, video_id)
+        if video is None or video.state != S.evaluating or video.attempt_count != attempt:
             raise Ignore()
         row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
         quality = blocks.read(settings, "quality_standards")
@@ -200,6 +201,14 @@ def review(self, payload: dict) -> dict:
             grade=row.grade, scores=row.scores, min_grade=quality["MIN_ACCEPTABLE_GRADE"], attempt=attempt,
             max_retries=quality["MAX_RETRIES"],
         )
+        concept = video.concept
+    # archived before the video moves on, so a finished batch has every attempt in archival memory
+    _archive_attempt(settings, row, concept=concept, verdict=verdict)
+    with session_scope(settings) as session:
+        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one()
+        if video.state != S.evaluating or video.attempt_count != attempt:
+            raise Ignore()
+        row = session.get(Attempt, row.id)
         row.failure_reasons = verdict.failure_reasons
         done = {"grade": row.grade, "score": row.scores.get("total"), "output_path": row.output_path}
         if verdict.action == "accept":
@@ -225,7 +234,6 @@ def review(self, payload: dict) -> dict:
         settings, "cameraman", role="assistant",
         content=f"video {video_id} attempt {attempt}: grade {row.grade} -> {verdict.action} {verdict.failure_reasons}",
     )
-    _ensure_archived(settings, video_id, attempt)
     if verdict.action == "refine":
         video_chain(video_id, attempt + 1).apply_async()
     if due:
@@ -233,30 +241,21 @@ def review(self, payload: dict) -> dict:
     return {**payload, "action": verdict.action, "grade": row.grade}
 
 
-def _ensure_archived(settings, video_id: int, attempt: int) -> None:
-    """One archival passage per graded attempt (checked by attempt id, so a re-delivery adds none)."""
+def _archive_attempt(settings, row: Attempt, *, concept: str, verdict) -> None:
+    """One archival passage per graded attempt (keyed by attempt id, so a re-delivery adds none)."""
     with session_scope(settings) as session:
-        row = session.execute(
-            sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)
-        ).scalar_one_or_none()
-        if row is None or row.grade is None:
-            return
-        exists = session.scalar(sa.text(
-            "select 1 from archival_passages where metadata->>'attempt_id' = :a limit 1"
-        ), {"a": str(row.id)})
-        video = session.get(Video, video_id)
-        if exists:
-            return
-        accepted = video.state == S.accepted and video.attempt_count == attempt
-        tags = ["success", "quality"] if accepted else ["failure", "quality"]
-        if attempt > 1:
-            tags.append("refinement")
-        text = (
-            f"{'accepted' if accepted else 'rejected'} grade {row.grade}: {video.concept}. prompt: {row.prompt}"
-            + (f". failures: {', '.join(row.failure_reasons)}" if row.failure_reasons else "")
+        exists = session.scalar(
+            sa.text("select 1 from archival_passages where metadata->>'attempt_id' = :a limit 1"), {"a": str(row.id)}
         )
-        meta = {"attempt_id": str(row.id), "video_id": video_id, "attempt": attempt, "grade": row.grade,
-                "prompt": row.prompt, "scores": row.scores}
+    if exists:
+        return
+    accepted = verdict.action == "accept"
+    tags = ["success" if accepted else "failure", "quality"] + (["refinement"] if row.number > 1 else [])
+    text = f"{'accepted' if accepted else 'rejected'} grade {row.grade}: {concept}. prompt: {row.prompt}"
+    if verdict.failure_reasons:
+        text += f". failures: {', '.join(verdict.failure_reasons)}"
+    meta = {"attempt_id": str(row.id), "video_id": row.video_id, "attempt": row.number, "grade": row.grade,
+            "prompt": row.prompt, "scores": row.scores}
     ArchivalMemory(settings).insert(text, tags=tags, metadata=meta)
 
 
@@ -282,6 +281,7 @@ def consolidate(self) -> dict:
     for line in activity:
         recall.append(settings, "director_sleeptime", role="user", content=line[:500])
     result = crew.consolidator.consolidate(activity=activity)
+    recall.append(settings, "director_sleeptime", role="assistant", content=result.summary)
     blocks.update(settings, "session_state", {
         "LAST_ACTIVITY": blocks.now_iso(), "LAST_SESSION_SUMMARY": result.summary,
     }, actor="director_sleeptime")
@@ -289,7 +289,6 @@ def consolidate(self) -> dict:
         ArchivalMemory(settings).insert_many(
             [_learning(text) for text in result.learnings]
         )
-    recall.append(settings, "director_sleeptime", role="assistant", content=result.summary)
     return {"summary": result.summary, "learnings": result.learnings}
 
 

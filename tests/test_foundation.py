@@ -130,3 +130,23 @@ def test_beat_schedule_names_registered_tasks(workers):
     for entry in beat_schedule.SCHEDULE.values():
         assert entry["task"] in registered
     assert app.send_task("tasks.maintenance.maintain_buffers").get(timeout=60)[0]["action"] == "ok"
+
+
+def test_gpu_renders_are_served_before_gradings(clean):
+    """Grading waits in a lower-priority list, so queued renders run back to back (fewer model swaps)."""
+    from mas import services
+    from mas.celery_app import GRADE_PRIORITY, app
+
+    payload = {"video_id": 0, "attempt": 1}
+    app.control.cancel_consumer("gpu", reply=True, timeout=2)  # a running gpu worker must not take them
+    try:
+        app.send_task("gpu.tasks.evaluate_video", args=[payload])
+        app.send_task("gpu.tasks.generate_video", args=[payload])
+        client = services.redis_client(clean)
+        sep = app.conf.broker_transport_options.get("sep", "\x06\x16")
+        assert client.llen("gpu") == 1  # the render, polled first
+        assert client.llen(f"gpu{sep}{GRADE_PRIORITY}") == 1  # the grading, polled after every render
+        assert b"gpu.tasks.generate_video" in client.lindex("gpu", 0)
+        client.delete("gpu", f"gpu{sep}{GRADE_PRIORITY}")
+    finally:
+        app.control.add_consumer("gpu", destination=["gpu@test"], reply=True, timeout=2)

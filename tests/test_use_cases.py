@@ -170,27 +170,20 @@ def test_ab_testing_with_preference_capture(clean, workers):
     assert approach_b in attempts_of(clean, video.id)[0].prompt
 
 
-def test_cross_session_resume(clean, workers, studio_env):
-    from mas.celery_app import app
-
-    # a previous session: the batch is planned but its work was lost (the broker was emptied)
-    app.control.cancel_consumer("cpu", destination=["cpu@test"], reply=True)
-    try:
-        batch_id = enqueue("Create 2 videos of glass castles")
-        with db.session_scope(clean) as s:
-            assert s.get(Batch, batch_id).status == BatchStatus.queued
-        from mas import services
-
-        services.redis_client(clean).delete("cpu")  # the queued messages are gone
-    finally:
-        app.control.add_consumer("cpu", destination=["cpu@test"], reply=True)
-    # plan never ran, so PENDING_WORK is still empty: resume reports nothing and changes nothing
+def test_cross_session_resume(clean, workers):
     nothing = run_cli("resume", "--yes")
     assert nothing.exit_code == 0 and "nothing to resume" in nothing.output
-    blocks.update(clean, "session_state", {"PENDING_WORK": [{"batch_id": batch_id, "request": "glass castles"}]}, actor="test")
+    # a previous session stored a batch, but its messages died with that session's broker
+    with db.session_scope(clean) as s:
+        batch = Batch(request="Create 2 videos of glass castles", kind="batch", theme="glass castles", total=2)
+        s.add(batch)
+        s.flush()
+        batch_id = batch.id
+    blocks.update(clean, "session_state", {"PENDING_WORK": [{"batch_id": batch_id, "request": batch.request}]}, actor="test")
     result = run_cli("resume", "--yes")
     assert result.exit_code == 0 and f"batch {batch_id}" in result.output
     wait_batch(clean, batch_id)
+    assert len(videos_of(clean, batch_id)) == 2
     assert blocks.read(clean, "session_state")["PENDING_WORK"] == []
 
 

@@ -115,6 +115,15 @@ def search_statement(
     return stmt
 
 
+def ef_search_for(limit: int) -> int:
+    """HNSW candidate list size for a top-`limit` search.
+
+    pgvector's default 40 gave recall@10 0.976 on 100k clustered vectors, 80 gave 0.997 for about 0.1 ms
+    more (bench/RESULTS-archival.md); the list must also comfortably exceed `limit`.
+    """
+    return min(_EF_SEARCH_MAX, max(80, 2 * limit))
+
+
 class ArchivalMemory:
     """Insert, search, delete and count archival passages in this settings' database."""
 
@@ -190,14 +199,10 @@ class ArchivalMemory:
         stmt = search_statement(vector, tags=tags, since=since, until=until, limit=limit)
         filtered = bool(tags) or since is not None or until is not None
         with session_scope(self.settings) as session:
-            if exact:
-                _exact_scan(session)
-            else:
-                # ef_search is the candidate list size: 40 is pgvector's default, and it must cover limit.
-                _set_local(session, "hnsw.ef_search", str(min(_EF_SEARCH_MAX, max(40, 2 * limit))))
+            plan_search(session, limit=limit, exact=exact)
             rows = session.execute(stmt).all()
             if filtered and not exact and len(rows) < limit:
-                _exact_scan(session)
+                plan_search(session, limit=limit, exact=True)
                 rows = session.execute(stmt).all()
         return [
             SearchResult(
@@ -236,14 +241,20 @@ class ArchivalMemory:
         return ArchivalStats(total=total, per_tag=dict(per_tag), oldest=oldest, newest=newest)
 
 
-def _set_local(session: Session, name: str, value: str) -> None:
-    """SET LOCAL through set_config, which (unlike SET) takes bind parameters."""
-    session.execute(sa.select(sa.func.set_config(name, value, True)))
+def plan_search(conn: Session | sa.Connection, *, limit: int, exact: bool = False) -> None:
+    """Decide, for the rest of the transaction, how the next search statement is planned.
 
-
-def _exact_scan(session: Session) -> None:
-    """Make the rest of the transaction rank exactly: no index scan (the only kind HNSW offers), while
-    sequential and GIN bitmap scans stay allowed whatever the server's own planner settings say."""
-    _set_local(session, "enable_indexscan", "off")
-    _set_local(session, "enable_seqscan", "on")
-    _set_local(session, "enable_bitmapscan", "on")
+    Every search is planned afresh (`force_custom_plan`): psycopg prepares a statement after five runs,
+    and PostgreSQL then reuses one generic plan, made under whatever settings held at the time (an exact
+    run's, say) and blind to the LIMIT and tags that decide whether the HNSW index pays. Measured at 100k
+    passages, that turned 5 ms index searches into 40 ms exact scans on that connection from then on.
+    Exact: no index scan (the only kind HNSW offers), while sequential and GIN bitmap scans stay allowed
+    whatever the server's own planner settings say.
+    """
+    values = {"plan_cache_mode": "force_custom_plan"}
+    if exact:
+        values |= {"enable_indexscan": "off", "enable_seqscan": "on", "enable_bitmapscan": "on"}
+    else:
+        values["hnsw.ef_search"] = str(ef_search_for(limit))
+    for name, value in values.items():  # SET LOCAL, through set_config which takes bind parameters
+        conn.execute(sa.select(sa.func.set_config(name, value, True)))
