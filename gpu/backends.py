@@ -37,6 +37,4 @@ def video_backend(settings: Settings) -> VideoBackend:
         from gpu.residency import residency
 
         return DiffusersBackend(settings=settings, residency=residency(settings))
-    raise NotImplementedError(
-        f"video backend {settings.video_backend!r} is not available yet; use 'preview' or 'comfyui'"
-    )
+    raise ValueError(f"unknown video backend {settings.video_backend!r}; use preview, comfyui or diffusers")

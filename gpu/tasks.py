@@ -7,20 +7,36 @@ anything further along stops the chain.
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import sqlalchemy as sa
 from celery.exceptions import Ignore
+from celery.signals import task_postrun
 
 from gpu.backends import video_backend
-from mas import states
-from mas.celery_app import app
+from mas import services, states
+from mas.celery_app import GPU_STATS_KEY, app
 from mas.db import session_scope
 from mas.models import Attempt, Video, VideoState
 from mas.outcomes import fail_on_delivery_cap
 
 S = VideoState
+
+
+@task_postrun.connect
+def publish_residency(sender=None, **_) -> None:
+    """After each gpu task, publish model loads / evictions / swaps for `mas status` and Flower users."""
+    if sender is None or not sender.name.startswith("gpu.") or "gpu.residency" not in sys.modules:
+        return
+    from gpu.residency import residency
+
+    stats = residency(sender.app.settings).stats()
+    services.redis_client(sender.app.settings).set(GPU_STATS_KEY, json.dumps(asdict(stats), default=str))
 
 
 def grader(settings):
@@ -57,7 +73,14 @@ def generate_video(self, payload: dict) -> dict:
         self.update_state(state="PROGRESS", meta={**payload, "step": "rendering", "done": done, "total": total})
 
     started = time.monotonic()
-    path = video_backend(settings)(prompt=prompt, negative_prompt=negative, seed=seed, output=target, progress=progress)
+    # revoke(terminate=True) sends SIGTERM: exit through the backend so it stops the render it started
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        path = video_backend(settings)(
+            prompt=prompt, negative_prompt=negative, seed=seed, output=target, progress=progress
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     seconds = time.monotonic() - started
     with session_scope(settings) as session:
         moved = states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt)

@@ -17,6 +17,7 @@ from mas.config import Settings
 
 log = logging.getLogger(__name__)
 
+GPU_STATS_KEY = "mas:gpu:residency"  # the gpu worker's model residency counters, as JSON
 GRADE_PRIORITY = 6  # Redis priority of gpu grading tasks (0 is the highest)
 CPU_QUEUE = "cpu"
 GPU_QUEUE = "gpu"

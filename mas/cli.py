@@ -201,6 +201,23 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
         _follow(settings, batch)
     else:
         _show_batch(settings, batch)
+    _show_gpu_models(settings)
+
+
+def _show_gpu_models(settings: Settings) -> None:
+    """Model residency as the gpu worker last published it (loads, evictions and swaps)."""
+    import json
+
+    from mas.celery_app import GPU_STATS_KEY
+
+    raw = services.redis_client(settings).get(GPU_STATS_KEY)
+    if raw is None:
+        return
+    s = json.loads(raw)
+    console.print(
+        f"gpu models: {s['loads']} loads, {s['evictions']} evictions, {s['swaps']} swaps, "
+        f"resident: {', '.join(s['resident']) or 'none'}"
+    )
 
 
 def _show_batch(settings: Settings, batch_id: int | None):
@@ -213,15 +230,16 @@ def _show_batch(settings: Settings, batch_id: int | None):
     return batch
 
 
-def _batch_table(batch) -> Table:
+def _batch_table(batch):
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+
     done = sum(v.state.value in ("accepted", "failed") for v in batch.videos)
-    table = Table(
-        "video", "state", "attempts", "grade", "concept",
-        title=f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}",
-    )
+    table = Table("video", "state", "attempts", "grade", "concept", "file")
     for v in batch.videos:
-        table.add_row(str(v.id), v.state.value, str(v.attempt_count), v.grade or "", v.concept)
-    return table
+        table.add_row(str(v.id), v.state.value, str(v.attempt_count), v.grade or "", v.concept, v.output_path or "")
+    header = f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}"
+    return Group(header, ProgressBar(total=max(batch.total, 1), completed=done, width=60), table)
 
 
 def _follow(settings: Settings, batch_id: int | None, *, poll: float = 1.0) -> None:

@@ -12,6 +12,10 @@ Pitfalls handled here:
   its pid file or its working folder) and reused, never started twice;
 - a stale postmaster.pid, a stale Redis socket or pid file after a crash is cleared before a fresh start; a
   recorded pid that now belongs to some unrelated process is never taken for our server, nor signalled;
+- a data folder deleted under running servers: `down` still finds them (by command line) and stops them,
+  and `up` stops them before starting afresh; a Redis whose final snapshot fails (and which therefore
+  refuses to exit, even on SIGTERM) is shut down without it: its append-only file holds the data;
+- a first initdb that fails half-way is wiped, not left to fail every later start;
 - pgserver caches one server object per data folder and process, and would hand back a stopped one after
   `down`; the cache is dropped before every start;
 - redis-py retries a refused connection with backoff (seconds per ping); our own probes do not retry;
@@ -551,6 +555,9 @@ def stop_redis(settings: Settings) -> bool:
         if _redis_process(settings) is None:
             settings.redis_socket.unlink(missing_ok=True)
             _redis_pidfile(settings).unlink(missing_ok=True)
+            if settings.redis_socket.parent != _redis_workdir(settings):  # a short-path socket folder
+                with contextlib.suppress(OSError):
+                    settings.redis_socket.parent.rmdir()
         return proc is not None
 
 

@@ -241,7 +241,9 @@ class ArchivalMemory:
         return ArchivalStats(total=total, per_tag=dict(per_tag), oldest=oldest, newest=newest)
 
 
-def plan_search(conn: Session | sa.Connection, *, limit: int, exact: bool = False) -> None:
+def plan_search(
+    conn: Session | sa.Connection, *, limit: int, exact: bool = False, ef_search: int | None = None
+) -> None:
     """Decide, for the rest of the transaction, how the next search statement is planned.
 
     Every search is planned afresh (`force_custom_plan`): psycopg prepares a statement after five runs,
@@ -249,12 +251,12 @@ def plan_search(conn: Session | sa.Connection, *, limit: int, exact: bool = Fals
     run's, say) and blind to the LIMIT and tags that decide whether the HNSW index pays. Measured at 100k
     passages, that turned 5 ms index searches into 40 ms exact scans on that connection from then on.
     Exact: no index scan (the only kind HNSW offers), while sequential and GIN bitmap scans stay allowed
-    whatever the server's own planner settings say.
+    whatever the server's own planner settings say. `ef_search` overrides `ef_search_for(limit)`.
     """
     values = {"plan_cache_mode": "force_custom_plan"}
     if exact:
         values |= {"enable_indexscan": "off", "enable_seqscan": "on", "enable_bitmapscan": "on"}
     else:
-        values["hnsw.ef_search"] = str(ef_search_for(limit))
-    for name, value in values.items():  # SET LOCAL, through set_config which takes bind parameters
-        conn.execute(sa.select(sa.func.set_config(name, value, True)))
+        values["hnsw.ef_search"] = str(ef_search or ef_search_for(limit))
+    # SET LOCAL through set_config, which takes bind parameters: all in one round trip.
+    conn.execute(sa.select(*(sa.func.set_config(name, value, True) for name, value in values.items())))

@@ -1,0 +1,146 @@
+"""The `diffusers` video backend: LTX-2 (or LTX-Video) run in the GPU worker through diffusers.
+
+The pipeline is loaded once per worker process through the residency manager and stays on the device
+between tasks; a backend object is cheap and built per task. Frames come back as floats in [0, 1] and are
+written as H.264 with imageio-ffmpeg. LTX-2 generates sound with the picture: `LTX2Pipeline` returns
+`audio`, a waveform tensor (batch, channels, samples) in [-1, 1] at `vocoder.config.output_sampling_rate`
+(24 kHz for LTX-2), which is muxed into the mp4 as AAC. LTX-Video returns frames only.
+"""
+
+from __future__ import annotations
+
+import os
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import imageio_ffmpeg
+import numpy as np
+import torch
+
+from gpu.backends import Progress
+from gpu.residency import Residency
+from mas.config import Settings
+
+NAME = "diffusers"
+PIPELINES = {"ltx2": "LTX2Pipeline", "ltx": "LTXPipeline"}
+"""MAS_DIFFUSERS_PIPELINE -> the diffusers pipeline class that loads the model folder."""
+
+
+class ModelPathError(FileNotFoundError):
+    """MAS_DIFFUSERS_MODEL_PATH is unset or does not name a diffusers pipeline folder."""
+
+
+def model_folder(settings: Settings) -> Path:
+    """The configured pipeline folder, checked: a worker should fail on its first task, not mid-render."""
+    path = settings.diffusers_model_path
+    hint = "set MAS_DIFFUSERS_MODEL_PATH to a local LTX-2 diffusers folder"
+    if path is None:
+        raise ModelPathError(f"the diffusers backend has no model: {hint}")
+    if not (path / "model_index.json").is_file():
+        raise ModelPathError(f"{path} is not a diffusers pipeline folder (no model_index.json): {hint}")
+    return path
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffusersBackend:
+    """Renders with the diffusers pipeline named by the settings, kept resident by `residency`."""
+
+    settings: Settings
+    residency: Residency
+    name: str = NAME
+
+    def __post_init__(self) -> None:
+        model_folder(self.settings)
+
+    @property
+    def key(self) -> str:
+        """The residency key: one resident pipeline per model folder, class and dtype."""
+        s = self.settings
+        return f"diffusers:{s.diffusers_pipeline}:{s.torch_dtype}:{s.diffusers_model_path}"
+
+    @property
+    def offloaded(self) -> bool:
+        """Model CPU offload only means something with an accelerator to offload from."""
+        return self.settings.cpu_offload and self.residency.device.type != "cpu"
+
+    def pipeline(self) -> Any:
+        """The resident pipeline, loaded on first need (in the worker child, never at import)."""
+        return self.residency.get(self.key, loader=self._load, offloaded=self.offloaded)
+
+    def _load(self) -> Any:
+        import diffusers  # heavy; only the GPU worker needs it
+
+        pipeline_class = getattr(diffusers, PIPELINES[self.settings.diffusers_pipeline])
+        pipeline = pipeline_class.from_pretrained(
+            model_folder(self.settings), dtype=getattr(torch, self.settings.torch_dtype), local_files_only=True
+        )
+        pipeline.set_progress_bar_config(disable=True)  # progress goes to the task state instead
+        if self.offloaded:
+            pipeline.enable_model_cpu_offload(device=self.residency.device)
+        return pipeline
+
+    def __call__(
+        self, *, prompt: str, negative_prompt: str, seed: int, output: Path, progress: Progress | None = None
+    ) -> Path:
+        """Render `prompt` to `output` (written to a temporary name, then renamed: never half a file)."""
+        s = self.settings
+        pipeline = self.pipeline()
+
+        def on_step_end(pipe: Any, step: int, timestep: Any, callback_kwargs: dict) -> dict:
+            if progress is not None:
+                progress(step + 1, pipe.num_timesteps)
+            return callback_kwargs
+
+        result = pipeline(
+            prompt=prompt,
+            negative_prompt=negative_prompt,
+            width=s.video_width,
+            height=s.video_height,
+            num_frames=s.video_frames,
+            frame_rate=float(s.video_fps),
+            num_inference_steps=s.video_steps,
+            # a CPU generator draws the same noise for a seed on any device
+            generator=torch.Generator(device="cpu").manual_seed(seed),
+            output_type="np",
+            callback_on_step_end=on_step_end,
+        )
+        frames = (np.clip(result.frames[0], 0, 1) * 255).round().astype(np.uint8)
+        audio = getattr(result, "audio", None)
+        rate = pipeline.vocoder.config.output_sampling_rate if audio is not None else 0
+        write_mp4(frames=frames, fps=s.video_fps, output=output, audio=audio, audio_rate=rate)
+        return output
+
+
+def write_mp4(*, frames: np.ndarray, fps: int, output: Path, audio: torch.Tensor | None, audio_rate: int) -> None:
+    """Write uint8 RGB `frames` (frames, height, width, 3), with the first item of `audio` when given."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial.mp4")
+    sound = output.with_name(output.name + ".partial.wav")
+    try:
+        if audio is not None:
+            write_wav(waveform=audio[0], rate=audio_rate, path=sound)
+        height, width = frames.shape[1:3]
+        writer = imageio_ffmpeg.write_frames(
+            str(partial), (width, height), fps=fps, codec="libx264", ffmpeg_log_level="error",
+            audio_path=str(sound) if audio is not None else None, audio_codec="aac" if audio is not None else None,
+        )
+        writer.send(None)
+        for frame in frames:
+            writer.send(np.ascontiguousarray(frame).tobytes())
+        writer.close()
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+        sound.unlink(missing_ok=True)
+
+
+def write_wav(*, waveform: torch.Tensor, rate: int, path: Path) -> None:
+    """Write a (channels, samples) waveform in [-1, 1] as 16-bit PCM."""
+    samples = (waveform.float().clamp(-1, 1) * 32767).round().to(torch.int16).cpu().numpy()
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(samples.shape[0])
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(np.ascontiguousarray(samples.T).tobytes())
