@@ -27,7 +27,7 @@ def video_backend(settings: Settings) -> VideoBackend:
     if settings.video_backend == "preview":
         from gpu.preview import PreviewRenderer
 
-        return PreviewRenderer()
+        return PreviewRenderer(seconds=settings.preview_render_seconds)
     if settings.video_backend == "comfyui":
         from gpu.comfyui import ComfyUIBackend
 

@@ -11,6 +11,7 @@ they exist so the whole pipeline, refinement loop included, runs on a machine wi
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class PreviewRenderer:
     height: int = 112
     frames: int = 24
     fps: int = 12
+    seconds: float = 0.0  # simulated render time, spread over the frames (a fixed-duration generator)
 
     def __call__(
         self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, progress=None
@@ -59,6 +61,8 @@ class PreviewRenderer:
             shift = i * 2 + int(rng.integers(-jitter, jitter + 1))
             frame = np.roll(card, shift, axis=1) + rng.normal(0, noise, card.shape)
             writer.send(np.clip(frame, 0, 255).astype(np.uint8).tobytes())
+            if self.seconds:
+                time.sleep(self.seconds / self.frames)
             if progress is not None:
                 progress(i + 1, self.frames)
         writer.close()

@@ -14,8 +14,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import imageio_ffmpeg
 import sqlalchemy as sa
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject
 from celery.signals import task_postrun
 
 from gpu.backends import video_backend
@@ -23,7 +24,7 @@ from mas import services, states
 from mas.celery_app import GPU_STATS_KEY, app
 from mas.db import session_scope
 from mas.models import Attempt, Video, VideoState
-from mas.outcomes import fail_on_delivery_cap
+from mas.outcomes import fail_on_delivery_cap, fail_on_error
 
 S = VideoState
 
@@ -52,7 +53,38 @@ def output_path(settings, video: Video, attempt: int) -> Path:
     return settings.videos_dir / f"batch-{video.batch_id}" / f"video-{video.id}-attempt-{attempt}.mp4"
 
 
-@app.task(name="gpu.tasks.generate_video", bind=True, on_delivery_cap=fail_on_delivery_cap)
+STEP_OPTIONS = dict(
+    bind=True,
+    on_delivery_cap=fail_on_delivery_cap,
+    on_failure=fail_on_error,
+    # a generator or grader that fails, hangs (soft time limit) or answers garbage is retried a few
+    # times, then the video is skipped with the reason; Ignore means a duplicate delivery, not an error
+    autoretry_for=(Exception,),
+    dont_autoretry_for=(Ignore, Reject),
+    max_retries=app.settings.step_retries,
+    time_limit=app.settings.max_render_seconds,
+    soft_time_limit=int(app.settings.max_render_seconds * 0.97),
+)
+
+
+class UnusableVideo(RuntimeError):
+    """The generator's output is not a playable video."""
+
+
+def check_video(path: Path) -> None:
+    """Read the first frame back, so a garbage file fails its render, not the grading after it."""
+    try:
+        reader = imageio_ffmpeg.read_frames(str(path))
+        meta = next(reader)
+        first = next(reader, None)
+        reader.close()
+    except (RuntimeError, OSError, StopIteration) as exc:
+        raise UnusableVideo(f"{path.name} does not decode: {exc}") from exc
+    if first is None or not meta.get("size"):
+        raise UnusableVideo(f"{path.name} holds no frames")
+
+
+@app.task(name="gpu.tasks.generate_video", **STEP_OPTIONS)
 def generate_video(self, payload: dict) -> dict:
     """Render the attempt's prompt to an mp4."""
     settings = self.app.settings
@@ -81,6 +113,7 @@ def generate_video(self, payload: dict) -> dict:
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
+    check_video(path)
     seconds = time.monotonic() - started
     with session_scope(settings) as session:
         moved = states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt)
@@ -92,7 +125,7 @@ def generate_video(self, payload: dict) -> dict:
     return payload
 
 
-@app.task(name="gpu.tasks.evaluate_video", bind=True, on_delivery_cap=fail_on_delivery_cap)
+@app.task(name="gpu.tasks.evaluate_video", **STEP_OPTIONS)
 def evaluate_video(self, payload: dict) -> dict:
     """Grade the rendered attempt and store its per-axis scores."""
     settings = self.app.settings

@@ -11,6 +11,7 @@ import logging
 
 from celery import Celery, Task
 from kombu import Exchange, Queue
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from mas import services
 from mas.config import Settings
@@ -18,6 +19,7 @@ from mas.config import Settings
 log = logging.getLogger(__name__)
 
 GPU_STATS_KEY = "mas:gpu:residency"  # the gpu worker's model residency counters, as JSON
+CPU_TASK_TIME_LIMIT = 600  # seconds; an agent step that runs longer is killed and retried
 GRADE_PRIORITY = 6  # Redis priority of gpu grading tasks (0 is the highest)
 CPU_QUEUE = "cpu"
 GPU_QUEUE = "gpu"
@@ -29,10 +31,18 @@ class StudioTask(Task):
 
     Redeliveries after a lost worker are counted in Redis per task id and retry number; past
     `max_deliveries` the task is not run again and `on_delivery_cap` records the give-up instead.
+    A database that is briefly away (a restart, a failover) is waited out with backed-off retries.
     """
 
     #: Deliveries allowed for one run of this task (None: `Settings.max_deliveries`).
     max_deliveries: int | None = None
+    #: Errors retried with exponential backoff: PostgreSQL unreachable or restarting.
+    autoretry_for = (OperationalError, InterfaceError)
+    #: Retries of those errors (about ten minutes in all with the backoff below).
+    max_retries = 12
+    #: Back off 1, 2, 4 ... seconds between retries, at most `retry_backoff_max`, with jitter.
+    retry_backoff = True
+    retry_backoff_max = 60
 
     def __call__(self, *args, **kwargs):
         if self.request.called_directly or self.request.id is None:
@@ -85,12 +95,13 @@ def celery_config(settings: Settings) -> dict:
         task_default_queue=CPU_QUEUE,
         task_default_exchange=CPU_QUEUE,
         task_default_routing_key=CPU_QUEUE,
+        # Routes name only the queue, so Celery publishes through the default exchange straight into the
+        # queue's Redis list: no exchange binding is consulted, and a broker that lost its data (bindings
+        # included) still routes every message from long-running workers.
         task_routes={
-            "gpu.tasks.evaluate_video": {
-                "queue": GPU_QUEUE, "exchange": GPU_QUEUE, "routing_key": GPU_QUEUE, "priority": GRADE_PRIORITY,
-            },
-            "gpu.*": {"queue": GPU_QUEUE, "exchange": GPU_QUEUE, "routing_key": GPU_QUEUE},
-            "tasks.*": {"queue": CPU_QUEUE, "exchange": CPU_QUEUE, "routing_key": CPU_QUEUE},
+            "gpu.tasks.evaluate_video": {"queue": GPU_QUEUE, "priority": GRADE_PRIORITY},
+            "gpu.*": {"queue": GPU_QUEUE},
+            "tasks.*": {"queue": CPU_QUEUE},
         },
         task_serializer="json",
         result_serializer="json",
@@ -102,7 +113,7 @@ def celery_config(settings: Settings) -> dict:
         task_send_sent_event=True,
         worker_send_task_events=True,
         worker_prefetch_multiplier=1,
-        task_time_limit=settings.max_render_seconds,
+        task_time_limit=CPU_TASK_TIME_LIMIT,  # gpu tasks set their own from MAS_MAX_RENDER_SECONDS
         result_expires=7 * 86_400,
         timezone="UTC",
         enable_utc=True,

@@ -173,21 +173,94 @@ def _is_loopback(address: str) -> bool:
 @main.command()
 @click.argument("request")
 @click.option("--wait", is_flag=True, help="Follow the batch until every video is done.")
+@click.option("--at", "at", default=None, metavar="HH:MM", help="Start at this local time (next occurrence).")
 @click.pass_obj
-def enqueue(settings: Settings, request: str, wait: bool) -> None:
+def enqueue(settings: Settings, request: str, wait: bool, at: str | None) -> None:
     """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
-    from mas.production import submit
+    from mas.production import schedule
     from mas.requests import RequestError, parse_request
 
+    if at is not None:
+        run_at = _next_time(at)
+        try:
+            parsed = parse_request(request, settings)
+        except RequestError as exc:
+            _fail(str(exc))
+        _ready(settings)
+        schedule_id = schedule(settings, parsed, run_at=run_at)
+        console.print(f"schedule {schedule_id}: {request!r} starts at {run_at.astimezone():%Y-%m-%d %H:%M %Z} (needs `mas beat`)")
+        return
+    _submit(settings, request, wait)
+
+
+def _next_time(text: str):
+    """The next local occurrence of HH:MM, as an aware datetime."""
+    from datetime import datetime, timedelta
+
     try:
-        parsed = parse_request(request, settings)
-    except RequestError as exc:
-        _fail(str(exc))
+        hour, minute = (int(part) for part in text.split(":"))
+        now = datetime.now().astimezone()
+        run_at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    except ValueError:
+        _fail(f"--at wants a time as HH:MM (24 h), got {text!r}")
+    return run_at if run_at > now else run_at + timedelta(days=1)
+
+
+@main.group(name="schedule")
+def schedule_group() -> None:
+    """Overnight batches: list them, cancel one."""
+
+
+@schedule_group.command("list")
+@click.pass_obj
+def schedule_list(settings: Settings) -> None:
+    """Show scheduled, sent and cancelled batches."""
+    from mas.production import schedules
+
     _ready(settings)
-    batch_id = submit(settings, parsed)
-    console.print(f"batch {batch_id}: {parsed.count} x {parsed.kind} of {parsed.theme!r} queued")
-    if wait:
-        _follow(settings, batch_id)
+    rows = schedules(settings)
+    if not rows:
+        console.print("nothing scheduled: use `mas enqueue --at HH:MM \"...\"`")
+        return
+    table = Table("id", "runs at", "status", "batch", "request")
+    for row in rows:
+        table.add_row(str(row.id), f"{row.run_at.astimezone():%Y-%m-%d %H:%M}", row.status, str(row.batch_id or ""), row.request)
+    console.print(table)
+
+
+@schedule_group.command("cancel")
+@click.argument("schedule_id", type=int)
+@click.pass_obj
+def schedule_cancel(settings: Settings, schedule_id: int) -> None:
+    """Cancel a scheduled batch that has not started."""
+    from mas.production import cancel_schedule
+
+    _ready(settings)
+    if not cancel_schedule(settings, schedule_id):
+        _fail(f"no pending schedule {schedule_id} (already run, cancelled or unknown); nothing changed")
+    console.print(f"schedule {schedule_id} cancelled")
+
+
+@main.command()
+@click.pass_obj
+def recover(settings: Settings) -> None:
+    """Rebuild the queues from Postgres after the broker lost its data (safe to run any time).
+
+    Runs on a cpu worker, which sees what every worker holds; start one first if none runs.
+    """
+    from celery.exceptions import TimeoutError as ResultTimeout
+
+    from mas.celery_app import app
+
+    _ready(settings)
+    try:
+        report = app.send_task("tasks.maintenance.recover").get(timeout=120)
+    except ResultTimeout:
+        _fail("no cpu worker answered within 120 s: start one with `mas worker --queue cpu`, then run this again")
+    console.print(
+        f"re-planned {len(report['replanned'])} batch(es), re-sent {len(report['resent'])} video(s); "
+        "anything still queued or running was left alone"
+    )
 
 
 @main.command()
@@ -340,7 +413,8 @@ def _submit(settings: Settings, request: str, wait: bool) -> None:
 @click.pass_obj
 def pick(settings: Settings, test: int, label: str) -> None:
     """Choose the winning variation of A/B test TEST (label A, B, ...)."""
-    from mas.preferences import PreferenceError, pick as record_pick
+    from mas.preferences import PreferenceError
+    from mas.preferences import pick as record_pick
 
     _ready(settings)
     try:

@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     video_frames: int = Field(default=121, gt=0, description="Frames per video (LTX wants 8k+1).")
     video_fps: int = Field(default=24, gt=0, description="Frames per second of the written mp4.")
     video_steps: int = Field(default=40, gt=0, description="Denoising steps per render.")
+    preview_render_seconds: float = Field(
+        default=0.0, ge=0, description="Simulated duration of a preview render (demos, benchmarks, tests)."
+    )
     comfyui_url: str = Field(default="http://127.0.0.1:8188", description="ComfyUI server (comfyui backend).")
     comfyui_workflow: Path | None = Field(
         default=None, description="API-format workflow JSON used as the template for every render."
@@ -105,6 +108,32 @@ class Settings(BaseSettings):
         default=0.0, ge=0, description="VRAM the resident models may use; 0 = the device's total."
     )
 
+    # --- dynamic quality alignment (DQA) ----------------------------------------------------------
+    clip_model_path: Path | None = Field(
+        default=None, description="Local CLIP-family model folder (transformers) for prompt adherence."
+    )
+    preference_base_model_path: Path | None = Field(
+        default=None, description="Local causal LM folder the Tuner trains DPO LoRA adapters on."
+    )
+    dqa_weights: tuple[float, float, float, float, float] = Field(
+        default=(0.25, 0.15, 0.20, 0.25, 0.15),
+        description="Weights of semantic, spatial, benchmark, preference and multi-axis scores.",
+    )
+    dqa_frames: int = Field(default=8, gt=0, description="Frames sampled per video for scoring.")
+    min_preference_pairs: int = Field(default=8, gt=0, description="A/B pairs needed before DPO runs.")
+
+    # --- letta ---------------------------------------------------------------------------------
+    letta_url: str = Field(default="http://127.0.0.1:8283", description="Letta server (letta backend).")
+    letta_token: SecretStr | None = Field(default=None, description="Letta server token.")
+    letta_model: str = Field(default="openai/gpt-4o-mini", description="Model handle the agents use.")
+    letta_embedding: str = Field(
+        default="openai/text-embedding-3-small", description="Embedding handle the agents use."
+    )
+
+    # --- gallery -------------------------------------------------------------------------------
+    gallery_user: str | None = Field(default=None, description="Gallery basic-auth user (`mas serve`).")
+    gallery_password: SecretStr | None = Field(default=None, description="Gallery basic-auth password.")
+
     # --- requests ------------------------------------------------------------------------------
     max_request_chars: int = Field(default=2000, gt=0, description="Longest request accepted.")
     max_batch_videos: int = Field(default=100, gt=0, description="Most videos one request may ask for.")
@@ -124,6 +153,15 @@ class Settings(BaseSettings):
         description="A task delivered more often than this (its worker kept dying) is given up.",
     )
     cpu_concurrency: int = Field(default=2, ge=1, description="Processes of a cpu worker.")
+    step_retries: int = Field(
+        default=2, ge=0, description="Retries of a failed render or grade before the video is skipped."
+    )
+    reconcile_after_seconds: int = Field(
+        default=120, gt=0, description="A video with no progress this long and no live task is re-sent."
+    )
+    stuck_after_seconds: int = Field(
+        default=5400, gt=0, description="A video with no progress this long is skipped as stuck."
+    )
 
     # --- quality -------------------------------------------------------------------------------
     min_acceptable_grade: Literal["A", "B", "C", "D", "F"] = Field(
@@ -183,6 +221,8 @@ class Settings(BaseSettings):
                 "MAS_VISIBILITY_TIMEOUT_SECONDS must exceed MAS_MAX_RENDER_SECONDS, "
                 "or Redis re-delivers long renders while they still run"
             )
+        if self.stuck_after_seconds <= self.max_render_seconds:
+            raise ValueError("MAS_STUCK_AFTER_SECONDS must exceed MAS_MAX_RENDER_SECONDS")
         if not self.buffer_warn < self.buffer_critical <= self.buffer_emergency:
             raise ValueError("buffer thresholds must satisfy WARN < CRITICAL <= EMERGENCY")
         return self

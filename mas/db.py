@@ -7,8 +7,8 @@ PostgreSQL advisory lock so several workers starting at once migrate exactly onc
 from __future__ import annotations
 
 from contextlib import contextmanager
-from pathlib import Path
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterator
 
 import sqlalchemy as sa

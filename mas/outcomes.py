@@ -13,7 +13,15 @@ from mas import states
 from mas.celery_app import app
 from mas.db import session_scope
 from mas.memory import blocks
-from mas.models import AgentBuffer, Batch, BatchStatus, Series, Video, VideoState
+from mas.models import (
+    AgentBuffer,
+    Attempt,
+    Batch,
+    BatchStatus,
+    Series,
+    Video,
+    VideoState,
+)
 
 S = VideoState
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
@@ -32,6 +40,29 @@ def fail_on_delivery_cap(task, args, kwargs, *, deliveries: int) -> None:
     if due:
         app.send_task(CONSOLIDATE_TASK)
 
+
+
+def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
+    """A step failed for good (its retries spent): skip the video with the reason, and the batch goes on."""
+    payload = args[0] if args else kwargs.get("payload")
+    if isinstance(payload, dict):
+        video_id, attempt = payload["video_id"], payload.get("attempt")
+    else:
+        video_id, attempt = payload, (args[1] if len(args) > 1 else None)
+    reason = f"{task.name.rsplit('.', 1)[-1]} failed: {type(exc).__name__}: {exc}"[:400]
+    settings = task.app.settings
+    due = False
+    with session_scope(settings) as session:
+        if attempt is not None:
+            session.execute(
+                sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)
+                .values(failure_reasons=sa.func.coalesce(Attempt.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
+                    sa.func.jsonb_build_array(reason)))
+            )
+        if states.fail(session, video_id, reason):
+            due = finish_video(settings, session, video_id)
+    if due:
+        app.send_task(CONSOLIDATE_TASK)
 
 
 def finish_video(settings, session, video_id: int) -> bool:

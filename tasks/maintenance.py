@@ -1,12 +1,50 @@
 """Periodic upkeep on the cpu queue (scheduled by beat_schedule.py)."""
 
+import time
 from dataclasses import asdict
 
+from mas import production
 from mas.celery_app import app
 from mas.memory import recall
+from tasks import recovery
 
 
 @app.task(name="tasks.maintenance.maintain_buffers", bind=True)
 def maintain_buffers(self) -> list[dict]:
     """Maintenance v3 on every agent's message buffer: summarize at WARN, reset at CRITICAL/EMERGENCY."""
     return [asdict(action) for action in recall.maintain(self.app.settings)]
+
+
+@app.task(name="tasks.maintenance.reconcile", bind=True)
+def reconcile(self) -> dict:
+    """Re-send work Postgres says is unfinished but no message carries; skip videos stuck for too long."""
+    settings = self.app.settings
+    report = recovery.reconcile(
+        settings, older_than=settings.reconcile_after_seconds, stuck_after=settings.stuck_after_seconds
+    )
+    return asdict(report)
+
+
+@app.task(name="tasks.maintenance.recover", bind=True)
+def recover(self) -> dict:
+    """`mas recover`: re-send every unfinished video and queued batch that nothing carries, at once."""
+    return asdict(recovery.reconcile(self.app.settings, older_than=0))
+
+
+@app.task(name="tasks.maintenance.run_schedules", bind=True)
+def run_schedules(self) -> list[int]:
+    """Enqueue the overnight batches whose time has come (each exactly once)."""
+    return production.run_due_schedules(self.app.settings)
+
+
+@app.task(name="tasks.maintenance.cleanup", bind=True)
+def cleanup(self) -> int:
+    """Delete partial renders left behind by killed workers (older than the longest render)."""
+    settings = self.app.settings
+    cutoff = time.time() - settings.max_render_seconds
+    removed = 0
+    for path in settings.videos_dir.glob("batch-*/*.partial.*"):
+        if path.stat().st_mtime < cutoff:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed

@@ -17,13 +17,22 @@ from celery import chain
 from celery.exceptions import Ignore
 
 from mas import agents, states
-from mas.outcomes import KEEP, fail_on_delivery_cap, finish_video
 from mas.agents.roles import WriterBrief
 from mas.celery_app import app
 from mas.db import session_scope
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
-from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
+from mas.models import (
+    ABTest,
+    ABVariation,
+    Attempt,
+    Batch,
+    BatchStatus,
+    Series,
+    Video,
+    VideoState,
+)
+from mas.outcomes import KEEP, fail_on_delivery_cap, fail_on_error, finish_video
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
@@ -151,7 +160,7 @@ def _brief(settings, session, video: Video, attempt: int) -> WriterBrief:
     )
 
 
-@app.task(name="tasks.pipeline.write_prompt", bind=True, on_delivery_cap=fail_on_delivery_cap)
+@app.task(name="tasks.pipeline.write_prompt", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error)
 def write_prompt(self, video_id: int, attempt: int) -> dict:
     """Writer: a prompt for this attempt from the concept, the learned style and past outcomes."""
     settings = self.app.settings
@@ -185,7 +194,7 @@ def write_prompt(self, video_id: int, attempt: int) -> dict:
 # --- review and record ----------------------------------------------------------------------------
 
 
-@app.task(name="tasks.pipeline.review", bind=True, on_delivery_cap=fail_on_delivery_cap)
+@app.task(name="tasks.pipeline.review", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error)
 def review(self, payload: dict) -> dict:
     """Cameraman: accept the attempt, refine with a revised prompt, or give up after MAX_RETRIES."""
     settings = self.app.settings
@@ -314,12 +323,16 @@ def resume_batch(self, batch_id: int) -> dict:
             plan_batch.delay(batch_id)
             return {"batch_id": batch_id, "resent": ["plan"]}
         for video in session.scalars(sa.select(Video).where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))):
-            n = video.attempt_count
-            start, attempt = {
-                S.pending: ("write", 1), S.writing: ("write", n), S.refining: ("write", n + 1),
-                S.generating: ("generate", n), S.evaluating: ("evaluate", n),
-            }[video.state]
-            sent.append((video.id, attempt, start))
-    for video_id, attempt, start in sent:
+            sent.append((video.id, *next_step(video)))
+    for video_id, start, attempt in sent:
         video_chain(video_id, attempt, start=start).apply_async()
     return {"batch_id": batch_id, "resent": [v for v, _, _ in sent]}
+
+
+def next_step(video: Video) -> tuple[str, int]:
+    """Where an unfinished video's work goes on, from its state: (first step, attempt number)."""
+    n = video.attempt_count
+    return {
+        S.pending: ("write", 1), S.writing: ("write", n), S.refining: ("write", n + 1),
+        S.generating: ("generate", n), S.evaluating: ("evaluate", n),
+    }[video.state]

@@ -7,7 +7,12 @@ from mas.config import Settings
 def backend(settings: Settings) -> Agents:
     """The agents configured by MAS_AGENT_BACKEND."""
     if settings.agent_backend == "offline":
-        from mas.agents.offline import OfflineCameraman, OfflineConsolidator, OfflineDirector, OfflineWriter
+        from mas.agents.offline import (
+            OfflineCameraman,
+            OfflineConsolidator,
+            OfflineDirector,
+            OfflineWriter,
+        )
 
         return Agents(
             director=OfflineDirector(),

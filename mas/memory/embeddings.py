@@ -60,6 +60,8 @@ class Embedder:
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         """Vectors for `texts`, in order; texts not seen recently go to the model in one batched call."""
+        if isinstance(texts, str):
+            raise TypeError("embed takes a list of texts; use embed_one for a single text")
         with self._lock:
             found: dict[str, list[float]] = {}
             for text in texts:

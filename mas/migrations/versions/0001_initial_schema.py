@@ -3,10 +3,10 @@
 Revision ID: 0001
 Revises: 
 """
-from alembic import op
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 import pgvector.sqlalchemy
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = '0001'
 down_revision = None

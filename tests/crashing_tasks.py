@@ -1,0 +1,16 @@
+"""A task that kills the worker process running it, every time: for the redelivery-cap test.
+
+Loaded only by that test's gpu worker (`celery worker --include tests.crashing_tasks`).
+"""
+
+import os
+import signal
+
+from mas.celery_app import app
+
+CRASH_TASK = "gpu.tests.crash_worker"
+
+
+@app.task(name=CRASH_TASK)
+def crash_worker() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

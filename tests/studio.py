@@ -1,0 +1,120 @@
+"""An isolated studio for tests that break things: its own data dir, services and worker processes.
+
+Everything talks to it the way a user would: `mas` commands in subprocesses with its environment, real
+Celery workers in their own process groups (so a test can SIGKILL a whole worker), and Postgres read
+directly for assertions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from mas import db, services
+from mas.config import Settings
+from mas.models import Batch, BatchStatus, Video
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class StudioWorker:
+    def __init__(self, studio: "IsolatedStudio", queue: str, name: str, env: dict[str, str], concurrency: int):
+        self.name = f"{name}@reliability"
+        self.log = studio.data_dir / f"{name}-{int(time.time() * 1000)}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "mas", "worker", "-Q", queue, "-n", self.name,
+             "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip",
+             "--without-mingle", *studio.worker_args],
+            env=env, cwd=ROOT, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited:\n{self.log.read_text()[-3000:]}")
+            if "ready." in self.log.read_text():
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name} not ready:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool children at once, as a crash or an OOM kill would."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class IsolatedStudio:
+    def __init__(self, data_dir: Path, **env: str):
+        self.data_dir = data_dir
+        self.env = {**os.environ, "MAS_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT), **env}
+        for key in ("MAS_DATABASE_URL", "MAS_BROKER_URL"):
+            if key not in env:
+                self.env.pop(key, None)
+        self.settings = Settings(**{k[4:].lower(): v for k, v in self.env.items() if k.startswith("MAS_")})
+        self.workers: list[StudioWorker] = []
+        self.worker_args: list[str] = []
+
+    def __enter__(self) -> "IsolatedStudio":
+        services.up(self.settings)
+        db.ready_engine(self.settings)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for worker in self.workers:
+            worker.stop()
+        services.down(self.settings)
+
+    def worker(self, queue: str, *, concurrency: int = 1, **env: str) -> StudioWorker:
+        w = StudioWorker(self, queue, f"{queue}{len(self.workers)}", {**self.env, **env}, concurrency)
+        self.workers.append(w)
+        w.wait_ready()
+        return w
+
+    def mas(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "mas.cli", *args], env=self.env, cwd=ROOT, capture_output=True, text=True,
+            timeout=timeout,
+        )
+
+    def enqueue(self, request: str) -> int:
+        result = self.mas("enqueue", request)
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout.split()[1].rstrip(":"))
+
+    def videos(self, batch_id: int) -> list[Video]:
+        with db.session_scope(self.settings) as s:
+            return list(s.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.id)))
+
+    def wait_until(self, condition, *, timeout: float = 180, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if condition():
+                    return
+            except sa.exc.OperationalError:
+                pass  # the database may be restarting in the test
+            time.sleep(0.3)
+        raise TimeoutError(f"timed out waiting for {what}")
+
+    def batch_done(self, batch_id: int) -> bool:
+        with db.session_scope(self.settings) as s:
+            return s.get(Batch, batch_id).status == BatchStatus.done
+
+    def wait_batch(self, batch_id: int, timeout: float = 180) -> None:
+        self.wait_until(lambda: self.batch_done(batch_id), timeout=timeout, what=f"batch {batch_id}")

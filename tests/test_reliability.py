@@ -1,0 +1,207 @@
+"""The reliability suite: real Redis, Postgres and workers, broken on purpose; nothing may be lost.
+
+Each test runs its own isolated studio (tests/studio.py) so it can kill workers, wipe the broker or
+restart the database without touching the rest of the test session. RELIABILITY.md records what this suite
+tries and what survives.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from mas import db, services
+from mas.memory import blocks
+from mas.models import ArchivalPassage, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
+from tests.studio import IsolatedStudio
+
+FINAL = (VideoState.accepted, VideoState.failed)
+
+
+@pytest.fixture
+def studio(request):
+    marker = request.node.get_closest_marker("studio_env")
+    env = marker.kwargs if marker else {}
+    with tempfile.TemporaryDirectory(prefix="mas-rel-") as tmp:
+        Path(tmp).chmod(0o755)  # the embedded PostgreSQL runs as another user when we are root
+        with IsolatedStudio(Path(tmp), **env) as s:
+            yield s
+
+
+def assert_batch_exact(studio: IsolatedStudio, batch_id: int, total: int) -> list[Video]:
+    """Every video final, none lost, none counted or accepted twice."""
+    videos = studio.videos(batch_id)
+    assert len(videos) == total
+    assert all(v.state in FINAL for v in videos), [(v.id, v.state) for v in videos]
+    queue = blocks.read(studio.settings, "production_queue")
+    assert queue["BATCH_COMPLETE"] == total and queue["PENDING_VIDEOS"] == []
+    with db.session_scope(studio.settings) as s:
+        for v in videos:
+            attempts = s.scalars(sa.select(Attempt).where(Attempt.video_id == v.id)).all()
+            assert sorted(a.number for a in attempts) == list(range(1, len(attempts) + 1))
+            successes = s.scalar(
+                sa.select(sa.func.count()).select_from(ArchivalPassage)
+                .where(ArchivalPassage.tags.contains(["success"]), ArchivalPassage.meta["video_id"].as_integer() == v.id)
+            )
+            assert successes == (1 if v.state == VideoState.accepted else 0)
+    return videos
+
+
+@pytest.mark.studio_env(MAS_PREVIEW_RENDER_SECONDS="2")
+def test_gpu_worker_killed_mid_render(studio):
+    studio.worker("cpu", concurrency=2)
+    gpu = studio.worker("gpu")
+    batch_id = studio.enqueue("Create 3 videos of copper automatons")
+    studio.wait_until(
+        lambda: any(v.state == VideoState.generating for v in studio.videos(batch_id)), what="a render in flight"
+    )
+    gpu.kill()  # the render dies with its worker; its message stays unacked in Redis
+    studio.worker("gpu")
+    result = studio.mas("recover")
+    assert result.returncode == 0, result.stderr
+    studio.wait_batch(batch_id)
+    assert_batch_exact(studio, batch_id, 3)
+
+
+@pytest.mark.studio_env(MAS_PREVIEW_RENDER_SECONDS="1")
+def test_broker_wiped_mid_batch(studio):
+    studio.worker("cpu", concurrency=2)
+    studio.worker("gpu")
+    batch_id = studio.enqueue("Create 4 videos of paper lanterns")
+    studio.wait_until(lambda: sum(v.state in FINAL for v in studio.videos(batch_id)) >= 1, what="first video")
+    services.redis_client(studio.settings).flushall()  # every queued message and result is gone
+    result = studio.mas("recover")
+    assert result.returncode == 0, result.stderr
+    studio.wait_batch(batch_id)
+    assert_batch_exact(studio, batch_id, 4)
+
+
+@pytest.mark.studio_env(MAS_PREVIEW_RENDER_SECONDS="1")
+def test_postgres_restarted_mid_batch(studio):
+    studio.worker("cpu", concurrency=2)
+    studio.worker("gpu")
+    batch_id = studio.enqueue("Create 3 videos of salt flats")
+    studio.wait_until(
+        lambda: any(v.state != VideoState.pending for v in studio.videos(batch_id)), what="work under way"
+    )
+    services.stop_postgres(studio.settings)
+    import time
+
+    time.sleep(3)  # tasks hit a dead database and back off
+    services.start_postgres(studio.settings)
+    studio.wait_batch(batch_id, timeout=240)
+    assert_batch_exact(studio, batch_id, 3)
+
+
+def test_task_that_kills_its_worker_is_quarantined(studio):
+    studio.worker_args = ["--include", "tests.crashing_tasks"]
+    gpu = studio.worker("gpu")
+    from tests.crashing_tasks import CRASH_TASK
+
+    from mas.celery_app import Studio
+
+    app = Studio(studio.settings)
+    result = app.send_task(CRASH_TASK)
+    assert result.get(timeout=120) is None  # given up, not looping
+    deliveries = int(services.redis_client(studio.settings).get(f"mas:deliveries:{result.id}:0"))
+    assert deliveries == studio.settings.max_deliveries + 1
+    assert gpu.proc.poll() is None  # the worker itself survives its children's deaths
+    assert "giving it up" in gpu.log.read_text()
+
+
+def _two_triggers(settings_env: dict[str, str]) -> list[int]:
+    import os
+
+    os.environ.update(settings_env)
+    from mas.config import Settings
+    from mas.production import run_due_schedules
+
+    return run_due_schedules(Settings())
+
+
+def test_scheduled_batch_runs_exactly_once(studio):
+    from datetime import datetime, timedelta, timezone
+    from multiprocessing import get_context
+
+    from mas.production import schedule
+    from mas.requests import parse_request
+
+    later = schedule(studio.settings, parse_request("Create 2 videos of night trains", studio.settings),
+                     run_at=datetime.now(timezone.utc) + timedelta(hours=6))
+    due = schedule(studio.settings, parse_request("Create 2 videos of dawn ferries", studio.settings),
+                   run_at=datetime.now(timezone.utc) - timedelta(seconds=1))
+    env = {"MAS_DATA_DIR": str(studio.data_dir)}
+    with get_context("spawn").Pool(3) as pool:  # three beats (or one restarted twice) fire together
+        sent = pool.map(_two_triggers, [env] * 3)
+    assert sorted(b for batch_ids in sent for b in batch_ids) == [1]
+    with db.session_scope(studio.settings) as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Batch)) == 1
+        assert s.get(Schedule, due).status == "sent" and s.get(Schedule, due).batch_id == 1
+        assert s.get(Schedule, later).status == "scheduled"
+    result = studio.mas("schedule", "cancel", str(later))
+    assert result.returncode == 0
+    again = studio.mas("schedule", "cancel", str(due))
+    assert again.returncode != 0 and "no pending schedule" in again.stderr
+
+
+def _garbage(path: Path) -> Path:
+    path.write_bytes(b"\x00\x01 this is not an mp4 " * 100)
+    return path
+
+
+@pytest.mark.parametrize("outcome", ["error", "hang", "garbage", "unreachable"])
+def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
+    from gpu.preview import PreviewRenderer
+    from tests.comfyui_server import ComfyUIStandIn, Script
+
+    good = PreviewRenderer()(prompt="red", seed=1, output=tmp_path / "ok.mp4")
+    video = _garbage(tmp_path / "bad.mp4") if outcome == "garbage" else good
+    script = Script(outcome="success" if outcome in ("garbage", "unreachable") else outcome, steps=2)
+    template = tmp_path / "workflow.json"
+    template.write_text(json.dumps({
+        "5222": {"class_type": "PrimitiveStringMultiline", "inputs": {"value": "placeholder"}},
+        "5232:5158": {"class_type": "RandomNoise", "inputs": {"noise_seed": 0}},
+        "5075": {"class_type": "SaveVideo", "inputs": {"filename_prefix": "LTX_2"}},
+    }))
+    with tempfile.TemporaryDirectory(prefix="mas-rel-") as tmp, ComfyUIStandIn(video=video, script=script) as server:
+        Path(tmp).chmod(0o755)
+        env = dict(
+            MAS_VIDEO_BACKEND="comfyui", MAS_COMFYUI_WORKFLOW=str(template), MAS_STEP_RETRIES="1",
+            MAS_COMFYUI_RETRIES="0", MAS_MAX_RENDER_SECONDS="6", MAS_COMFYUI_URL=server.url,
+        )
+        if outcome == "unreachable":
+            env["MAS_COMFYUI_URL"] = "http://127.0.0.1:9"
+        with IsolatedStudio(Path(tmp), **env) as studio:
+            studio.worker("cpu")
+            studio.worker("gpu")
+            batch_id = studio.enqueue("Create a video of a tidal pool")
+            studio.wait_batch(batch_id, timeout=120)
+            (video_row,) = assert_batch_exact(studio, batch_id, 1)
+            assert video_row.state == VideoState.failed
+            assert any("generate_video failed" in r for r in video_row.failure_reasons), video_row.failure_reasons
+            failed = blocks.read(studio.settings, "production_queue")["FAILED_RETRIES"]
+            assert [f["video_id"] for f in failed] == [video_row.id]
+            if outcome != "unreachable":
+                assert len(server.queued) == 2  # the first try and one retry, then skipped
+
+
+def test_flower_refuses_beyond_loopback_without_credentials(studio):
+    result = studio.mas("flower", "--address", "0.0.0.0")
+    assert result.returncode != 0 and "without auth" in result.stderr
+
+
+def test_request_text_is_data_and_task_arguments_carry_ids_only(studio):
+    import base64
+
+    hostile = 'Create a video of "}; DROP TABLE videos; {\\"5222\\": {\\"class_type\\": \\"Exec\\"}}"'
+    batch_id = studio.enqueue(hostile)  # no worker runs: the message stays in the queue
+    with db.session_scope(studio.settings) as s:
+        assert s.get(Batch, batch_id).request == hostile  # stored verbatim, as data
+        assert s.get(Batch, batch_id).status == BatchStatus.queued
+    (raw,) = services.redis_client(studio.settings).lrange("cpu", 0, -1)
+    args, kwargs, _ = json.loads(base64.b64decode(json.loads(raw)["body"]))
+    assert args == [batch_id] and kwargs == {}  # messages carry ids, never the request or secrets
