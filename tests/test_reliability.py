@@ -205,3 +205,15 @@ def test_request_text_is_data_and_task_arguments_carry_ids_only(studio):
     (raw,) = services.redis_client(studio.settings).lrange("cpu", 0, -1)
     args, kwargs, _ = json.loads(base64.b64decode(json.loads(raw)["body"]))
     assert args == [batch_id] and kwargs == {}  # messages carry ids, never the request or secrets
+
+
+def test_two_cpu_workers_share_a_batch(studio):
+    """Scaling out: a second cpu worker (another host in production) joins with the same URLs."""
+    first = studio.worker("cpu")
+    second = studio.worker("cpu")
+    studio.worker("gpu")
+    batch_id = studio.enqueue("Create 6 videos of river deltas")
+    studio.wait_batch(batch_id)
+    assert_batch_exact(studio, batch_id, 6)
+    for worker in (first, second):
+        assert "tasks.pipeline.write_prompt" in worker.log.read_text()  # both took part
