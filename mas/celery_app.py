@@ -99,7 +99,7 @@ def celery_config(settings: Settings) -> dict:
         # queue's Redis list: no exchange binding is consulted, and a broker that lost its data (bindings
         # included) still routes every message from long-running workers.
         task_routes={
-            "gpu.tasks.evaluate_video": {"queue": GPU_QUEUE, "priority": GRADE_PRIORITY},
+            "gpu.tasks.evaluate_video": {"queue": GPU_QUEUE, "priority": GRADE_PRIORITY if settings.gpu_grouping else 0},
             "gpu.*": {"queue": GPU_QUEUE},
             "tasks.*": {"queue": CPU_QUEUE},
         },

@@ -5,7 +5,6 @@ Errors are one clear line and a non-zero exit; nothing is written when input is 
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import sys
@@ -17,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mas import services
-from mas.config import Settings
+from mas.config import Settings, is_loopback
 
 console = Console()
 
@@ -150,21 +149,12 @@ def flower(settings: Settings, address: str, port: int) -> None:
     auth = None
     if settings.flower_user and settings.flower_password:
         auth = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
-    if auth is None and not _is_loopback(address):
+    if auth is None and not is_loopback(address):
         _fail(f"refusing to serve Flower on {address} without auth: set MAS_FLOWER_USER and MAS_FLOWER_PASSWORD")
     args = ["-A", "mas", "flower", f"--address={address}", f"--port={port}"]
     if auth:
         args.append(f"--basic-auth={auth}")
     _exec_celery(args)
-
-
-def _is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 # --- work -----------------------------------------------------------------------------------------
@@ -328,6 +318,24 @@ def _follow(settings: Settings, batch_id: int | None, *, poll: float = 1.0) -> N
             time.sleep(poll)
             batch = batch_overview(settings, batch.id)
             live.update(_batch_table(batch))
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True)
+@click.pass_obj
+def serve(settings: Settings, host: str, port: int) -> None:
+    """Open the web gallery: watch videos, compare A/B variations, pick winners.
+
+    Beyond loopback it requires MAS_GALLERY_USER and MAS_GALLERY_PASSWORD.
+    """
+    from mas.gallery import GalleryError, serve as run_gallery
+
+    _ready(settings)
+    try:
+        run_gallery(settings, host=host, port=port)
+    except GalleryError as exc:
+        _fail(str(exc))
 
 
 @main.command()

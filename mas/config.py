@@ -8,6 +8,7 @@ directory (see `mas.services`).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import tempfile
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +33,16 @@ def redact_url(url: str | None) -> str | None:
         host = f"{host}:{parts.port}"
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def is_loopback(host: str) -> bool:
+    """True for "localhost" and any loopback address (127.0.0.0/8, ::1): where no auth is needed."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Settings(BaseSettings):
@@ -153,6 +164,11 @@ class Settings(BaseSettings):
         description="A task delivered more often than this (its worker kept dying) is given up.",
     )
     cpu_concurrency: int = Field(default=2, ge=1, description="Processes of a cpu worker.")
+    gpu_grouping: bool = Field(
+        default=True,
+        description="Serve queued renders before gradings on the gpu queue (fewer model swaps); "
+        "False: first come, first served, video by video.",
+    )
     step_retries: int = Field(
         default=2, ge=0, description="Retries of a failed render or grade before the video is skipped."
     )

@@ -1,0 +1,387 @@
+"""The gallery's routes, its gate (host check and basic auth) and the server that runs it.
+
+Pages are rendered on the server from Postgres on every request, so they are never stale; the only
+script is a few lines in `base.html` that poll `/api/batches/ID` for live progress. Endpoints are plain
+functions: Starlette runs them in its thread pool, where the synchronous SQLAlchemy sessions belong.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
+
+import sqlalchemy as sa
+import uvicorn
+from sqlalchemy.orm import Session, selectinload
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mas.config import Settings, is_loopback
+from mas.db import DatabaseUnavailable, session_scope
+from mas.gallery.frames import FrameError, strip_jpeg
+from mas.memory import blocks
+from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video, VideoState
+from mas.services import ServiceError
+
+FINAL = (VideoState.accepted, VideoState.failed)
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+MAX_ID = 2**31 - 1  # Postgres integer: a larger id in a URL is simply not found, never a server error
+LIST_LIMIT = 100
+
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+templates.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
+Row = TypeVar("Row")
+
+
+class GalleryError(ValueError):
+    """The gallery can't start as configured; the message says what to set."""
+
+
+# --- serving --------------------------------------------------------------------------------------
+
+
+def credentials(settings: Settings) -> tuple[str, str] | None:
+    """(user, password) when basic auth is configured, None when not; half a pair is an error."""
+    user = settings.gallery_user or ""
+    password = settings.gallery_password.get_secret_value() if settings.gallery_password else ""
+    if bool(user) != bool(password):
+        raise GalleryError("set both MAS_GALLERY_USER and MAS_GALLERY_PASSWORD, or neither")
+    return (user, password) if user else None
+
+
+def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> uvicorn.Server:
+    """The gallery's HTTP server, checked before it binds anything.
+
+    Beyond loopback anyone on the network could pick winners and read memory, so it requires
+    credentials there. On loopback it accepts only loopback Host headers, which stops a web page from
+    reaching it through DNS rebinding.
+    """
+    loopback = is_loopback(host)
+    if not loopback and credentials(settings) is None:
+        raise GalleryError(
+            f"refusing to serve the gallery on {host} without credentials: set MAS_GALLERY_USER and "
+            "MAS_GALLERY_PASSWORD, or serve on 127.0.0.1"
+        )
+    app = create_app(settings, allowed_hosts=LOOPBACK_HOSTS | {host} if loopback else None)
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+
+
+def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the gallery until interrupted (what `mas serve` does)."""
+    server(settings, host=host, port=port).run()
+
+
+class _Gate:
+    """Refuses a request before any route runs: a Host header not allowed, or missing/wrong credentials."""
+
+    def __init__(self, app: ASGIApp, *, login: tuple[str, str] | None, hosts: frozenset[str] | None) -> None:
+        self.app = app
+        self.login = None if login is None else (login[0].encode(), login[1].encode())
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._refusal(Headers(scope=scope)) if scope["type"] == "http" else None
+        if refusal is None:
+            await self.app(scope, receive, send)
+        else:
+            await refusal(scope, receive, send)
+
+    def _refusal(self, headers: Headers) -> Response | None:
+        if self.hosts is not None and _hostname(headers.get("host", "")) not in self.hosts:
+            return PlainTextResponse("this gallery only answers to its loopback host names", status_code=400)
+        if self.login is not None and not _basic_auth_ok(headers.get("authorization", ""), self.login):
+            return PlainTextResponse(
+                "the gallery needs its user and password", status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="mas gallery", charset="UTF-8"'},
+            )
+        return None
+
+
+def _hostname(host_header: str) -> str | None:
+    try:
+        return urlsplit("//" + host_header).hostname
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return None
+
+
+def _basic_auth_ok(header: str, login: tuple[bytes, bytes]) -> bool:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        user, sep, password = base64.b64decode(encoded.strip(), validate=True).partition(b":")
+    except binascii.Error:
+        return False
+    # both compared every time, in constant time, so timing tells nothing about either
+    user_ok = secrets.compare_digest(user, login[0])
+    password_ok = secrets.compare_digest(password, login[1])
+    return bool(sep) and user_ok and password_ok
+
+
+def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = None) -> Starlette:
+    """The gallery as an ASGI app; basic auth is enforced whenever credentials are set."""
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/batches/{batch_id:int}", batch_page),
+            Route("/series/{series_id:int}", series_page),
+            Route("/ab/{test_id:int}", ab_page),
+            Route("/ab/{test_id:int}/pick/{label}", pick_winner, methods=["POST"]),
+            Route("/memory", memory_page),
+            Route("/videos/{video_id:int}/frames.jpg", frames),
+            Route("/files/{path:path}", video_file),
+            Route("/api/batches/{batch_id:int}", batch_progress),
+        ],
+        middleware=[Middleware(_Gate, login=credentials(settings), hosts=allowed_hosts)],
+        exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},
+    )
+    app.state.settings = settings
+    return app
+
+
+# --- views ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VideoView:
+    """One video as a card shows it: its latest attempt, and its file only if it may be served."""
+
+    video: Video
+    attempt: Attempt | None
+    file_url: str | None
+    file_note: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A batch and how many of its videos are finished (accepted or failed)."""
+
+    batch: Batch
+    done: int
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.done / max(self.batch.total, 1))
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def _get(session: Session, model: type[Row], key: int) -> Row | None:
+    return session.get(model, key) if key <= MAX_ID else None
+
+
+def _inside_output(settings: Settings, raw: str) -> Path | None:
+    """`raw` resolved (links followed), or None when it lies outside the output folder or can't be resolved."""
+    try:
+        path = Path(raw).resolve()
+    except (ValueError, OSError, RuntimeError):  # a NUL byte in the name; a link loop (RuntimeError before 3.13)
+        return None
+    return path if path.is_relative_to(settings.videos_dir) else None
+
+
+def _served_file(settings: Settings, video: Video) -> tuple[Path | None, str]:
+    """The video's file when it may be served, else None and the reason to show instead."""
+    if not video.output_path:
+        return None, "failed before a file was written" if video.state == VideoState.failed else "rendering…"
+    path = _inside_output(settings, video.output_path)
+    if path is None:
+        return None, "its file is outside the output folder and is not served"
+    if not path.is_file():
+        return None, f"its file {path.name} is missing"
+    return path, ""
+
+
+def _video_view(settings: Settings, video: Video) -> VideoView:
+    path, note = _served_file(settings, video)
+    url = None if path is None else "/files/" + quote(path.relative_to(settings.videos_dir).as_posix())
+    return VideoView(video, video.attempts[-1] if video.attempts else None, url, note)
+
+
+def _done_counts(session: Session, batch_ids: Iterable[int]) -> dict[int, int]:
+    stmt = (
+        sa.select(Video.batch_id, sa.func.count())
+        .where(Video.batch_id.in_(list(batch_ids)), Video.state.in_(FINAL))
+        .group_by(Video.batch_id)
+    )
+    return {batch_id: n for batch_id, n in session.execute(stmt)}
+
+
+def _progress(session: Session, batches: list[Batch]) -> list[Progress]:
+    done = _done_counts(session, (b.id for b in batches))
+    return [Progress(b, done.get(b.id, 0)) for b in batches]
+
+
+def _videos(session: Session, ids: Iterable[int]) -> dict[int, Video]:
+    stmt = sa.select(Video).where(Video.id.in_(list(ids))).options(selectinload(Video.attempts))
+    return {v.id: v for v in session.scalars(stmt)}
+
+
+def index(request: Request) -> Response:
+    with session_scope(_settings(request)) as session:
+        batches = list(session.scalars(sa.select(Batch).order_by(Batch.id.desc()).limit(LIST_LIMIT)))
+        series = list(session.scalars(sa.select(Series).order_by(Series.id.desc()).limit(LIST_LIMIT)))
+        tests = list(session.scalars(sa.select(ABTest).order_by(ABTest.id.desc()).limit(LIST_LIMIT)))
+        progress = _progress(session, batches)
+    memory = blocks.read_all(_settings(request))
+    return templates.TemplateResponse(request, "index.html", {
+        "progress": progress, "series": series, "tests": tests,
+        "style": memory["user_style"], "winning": memory["ab_testing"]["WINNING_PATTERNS"],
+    })
+
+
+def batch_page(request: Request) -> Response:
+    settings, batch_id = _settings(request), request.path_params["batch_id"]
+    with session_scope(settings) as session:
+        batch = _get(session, Batch, batch_id)
+        if batch is None:
+            raise HTTPException(404, f"there is no batch {batch_id}")
+        videos = list(session.scalars(
+            sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)
+            .options(selectinload(Video.attempts))
+        ))
+        series = _get(session, Series, batch.series_id) if batch.series_id else None
+        (progress,) = _progress(session, [batch])
+    return templates.TemplateResponse(request, "batch.html", {
+        "progress": progress, "series": series, "cards": [_video_view(settings, v) for v in videos],
+    })
+
+
+def series_page(request: Request) -> Response:
+    series_id = request.path_params["series_id"]
+    with session_scope(_settings(request)) as session:
+        series = _get(session, Series, series_id)
+        if series is None:
+            raise HTTPException(404, f"there is no series {series_id}")
+        batches = list(session.scalars(sa.select(Batch).where(Batch.series_id == series_id).order_by(Batch.id)))
+        progress = _progress(session, batches)
+    return templates.TemplateResponse(request, "series.html", {"series": series, "progress": progress})
+
+
+def ab_page(request: Request) -> Response:
+    settings, test_id = _settings(request), request.path_params["test_id"]
+    with session_scope(settings) as session:
+        test = _get(session, ABTest, test_id)
+        if test is None:
+            raise HTTPException(404, f"there is no A/B test {test_id}")
+        variations = list(session.scalars(
+            sa.select(ABVariation).where(ABVariation.test_id == test_id).order_by(ABVariation.label)
+        ))
+        videos = _videos(session, (v.video_id for v in variations if v.video_id is not None))
+        batch = session.scalars(sa.select(Batch).where(Batch.ab_test_id == test_id)).first()
+        progress = _progress(session, [batch])[0] if batch else None
+    cards = [(v, _video_view(settings, videos[v.video_id]) if v.video_id in videos else None) for v in variations]
+    rendering = any(card is None or card.video.state not in FINAL for _, card in cards)
+    return templates.TemplateResponse(request, "ab.html", {
+        "test": test, "cards": cards, "progress": progress, "rendering": rendering,
+    })
+
+
+def pick_winner(request: Request) -> Response:
+    """Record the winner exactly as `mas pick` does, then show the test (post/redirect/get)."""
+    # imported here, as `mas.cli` does: it loads the Celery app, which reads its settings on import
+    from mas.preferences import PreferenceError, pick
+
+    settings, test_id = _settings(request), request.path_params["test_id"]
+    # A page on another site could post this form for the user (CSRF): browsers always send Origin on a
+    # cross-site POST, and a page of this gallery sends its own host.
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise HTTPException(403, "a pick sent from another site was refused; nothing changed")
+    with session_scope(settings) as session:
+        if _get(session, ABTest, test_id) is None:
+            raise HTTPException(404, f"there is no A/B test {test_id}; nothing changed")
+    try:
+        pick(settings, test_id, request.path_params["label"])
+    except PreferenceError as exc:
+        raise HTTPException(409, str(exc)) from None
+    return RedirectResponse(f"/ab/{test_id}", status_code=303)
+
+
+def memory_page(request: Request) -> Response:
+    memory = blocks.read_all(_settings(request))
+    return templates.TemplateResponse(request, "memory.html", {
+        "memory": memory, "style": memory["user_style"], "winning": memory["ab_testing"]["WINNING_PATTERNS"],
+    })
+
+
+def frames(request: Request) -> Response:
+    settings, video_id = _settings(request), request.path_params["video_id"]
+    with session_scope(settings) as session:
+        video = _get(session, Video, video_id)
+        if video is None:
+            raise HTTPException(404, f"there is no video {video_id}")
+        path, note = _served_file(settings, video)
+    if path is None:
+        raise HTTPException(404, f"video {video_id} has no frames to show: {note}")
+    try:
+        return Response(strip_jpeg(path), media_type="image/jpeg")
+    except FrameError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+def video_file(request: Request) -> Response:
+    """A file of the output folder, with range requests (seeking); nothing outside it, links included."""
+    settings, raw = _settings(request), request.path_params["path"]
+    path = _inside_output(settings, str(settings.videos_dir / raw))
+    if path is None or not path.is_file():
+        raise HTTPException(404, f"no file {raw!r} in the output folder")
+    return FileResponse(path)
+
+
+def batch_progress(request: Request) -> Response:
+    batch_id = request.path_params["batch_id"]
+    with session_scope(_settings(request)) as session:
+        batch = _get(session, Batch, batch_id)
+        if batch is None:
+            raise HTTPException(404, f"there is no batch {batch_id}")
+        videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
+        done = sum(v.state in FINAL for v in videos)
+    return JSONResponse({
+        "id": batch.id, "status": batch.status.value, "total": batch.total, "done": done,
+        "videos": [
+            {"id": v.id, "state": v.state.value, "grade": v.grade, "attempts": v.attempt_count} for v in videos
+        ],
+    })
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+def _error(request: Request, exc: Exception) -> Response:
+    """A clear page (or JSON under /api) saying what was not found or refused."""
+    assert isinstance(exc, HTTPException)
+    message = f"there is no page {request.url.path}" if exc.detail == "Not Found" else exc.detail  # no route matched
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+    back = f"/ab/{request.path_params['test_id']}" if "test_id" in request.path_params else "/"
+    context: dict[str, Any] = {"status": exc.status_code, "message": message, "back": back}
+    return templates.TemplateResponse(request, "error.html", context, status_code=exc.status_code, headers=exc.headers)
+
+
+def _unavailable(request: Request, exc: Exception) -> Response:
+    """PostgreSQL can't be reached or started: say so (the message names the URL), instead of a bare 500."""
+    return templates.TemplateResponse(
+        request, "error.html", {"status": 503, "message": str(exc), "back": "/"}, status_code=503
+    )

@@ -1,0 +1,332 @@
+"""The gallery's routes against real Postgres, with a batch, a series and an A/B test made by real workers."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+from markupsafe import escape
+from PIL import Image
+from pydantic import SecretStr
+from starlette.testclient import TestClient
+
+from mas.cli import main
+from mas.db import session_scope
+from mas.gallery import GalleryError, create_app, serve, server
+from mas.config import is_loopback
+from mas.gallery.frames import FRAME_HEIGHT, STRIP_FRAMES, _strip
+from mas.memory import blocks
+from mas.models import (
+    ABSelection,
+    ABTest,
+    Attempt,
+    Batch,
+    BatchStatus,
+    Series,
+    Video,
+    VideoState,
+)
+
+
+def submitted(*args: str) -> int:
+    """Run a `mas` command that queues a batch; its id."""
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return int(result.output.split()[1].rstrip(":"))
+
+
+def wait_batch(settings, batch_id: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with session_scope(settings) as s:
+            if s.get(Batch, batch_id).status == BatchStatus.done:
+                return
+        time.sleep(0.3)
+    raise TimeoutError(f"batch {batch_id} did not finish")
+
+
+@dataclass(frozen=True)
+class Studio:
+    batch: int
+    series: int
+    series_batch: int
+    ab_batch: int
+    test: int
+
+
+@pytest.fixture(scope="module")
+def studio(settings, workers) -> Studio:
+    """One finished batch, series episode and A/B test for the whole module: rendering is the slow part."""
+    style = CliRunner().invoke(main, ["style", "I prefer dark moody aesthetics with purple and blue tones"])
+    assert style.exit_code == 0, style.output
+    batch = submitted("enqueue", "Create 2 videos of paper lanterns")
+    series_batch = submitted("series", "Lantern Keepers", "--episodes", "1")
+    ab_batch = submitted("ab", "a heron at dawn", "--variations", "2")
+    for batch_id in (batch, series_batch, ab_batch):
+        wait_batch(settings, batch_id)
+    with session_scope(settings) as s:
+        series, test = s.get(Batch, series_batch).series_id, s.get(Batch, ab_batch).ab_test_id
+    return Studio(batch=batch, series=series, series_batch=series_batch, ab_batch=ab_batch, test=test)
+
+
+@pytest.fixture(scope="module")
+def client(settings) -> TestClient:
+    return TestClient(create_app(settings))
+
+
+def videos_of(settings, batch_id: int) -> list[Video]:
+    with session_scope(settings) as s:
+        return list(s.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
+
+
+def last_attempt(settings, video: Video) -> Attempt:
+    with session_scope(settings) as s:
+        return s.scalars(sa.select(Attempt).where(Attempt.video_id == video.id).order_by(Attempt.number.desc())).first()
+
+
+def snapshot(settings) -> tuple:
+    """Everything a pick may change: the memory blocks, the selections and the tests' states."""
+    with session_scope(settings) as s:
+        selections = s.scalar(sa.select(sa.func.count()).select_from(ABSelection))
+        tests = s.execute(sa.select(ABTest.id, ABTest.status, ABTest.winner_label).order_by(ABTest.id)).all()
+    return blocks.read_all(settings), selections, tests
+
+
+def test_index_lists_batches_series_tests_and_learned_style(client, studio):
+    page = client.get("/")
+    assert page.status_code == 200
+    for batch_id in (studio.batch, studio.series_batch, studio.ab_batch):
+        assert f'href="/batches/{batch_id}"' in page.text and f'data-batch="{batch_id}"' in page.text
+    assert "Create 2 videos of paper lanterns" in page.text and "2/2" in page.text
+    assert f'href="/series/{studio.series}"' in page.text and "Lantern Keepers" in page.text
+    assert f'href="/ab/{studio.test}"' in page.text and "a heron at dawn" in page.text
+    assert "Learned style" in page.text and "purple, blue" in page.text
+
+
+def test_batch_page_plays_each_video_with_prompt_grade_scores_and_frames(client, settings, studio):
+    page = client.get(f"/batches/{studio.batch}")
+    assert page.status_code == 200
+    videos = videos_of(settings, studio.batch)
+    assert len(videos) == 2
+    for video in videos:
+        rel = Path(video.output_path).relative_to(settings.videos_dir).as_posix()
+        assert f'<video controls preload="metadata" src="/files/{rel}">' in page.text
+        assert f'src="/videos/{video.id}/frames.jpg"' in page.text
+        assert f"grade {video.grade}" in page.text
+        attempt = last_attempt(settings, video)
+        assert str(escape(attempt.prompt)) in page.text
+        for axis, value in attempt.scores.items():
+            assert f"<td>{axis}</td>" in page.text and f"{value:.2f}" in page.text
+
+
+def test_progress_endpoint_reports_a_finished_batch(client, settings, studio):
+    progress = client.get(f"/api/batches/{studio.batch}").json()
+    assert progress["status"] == "done" and progress["done"] == progress["total"] == 2
+    assert [v["id"] for v in progress["videos"]] == [v.id for v in videos_of(settings, studio.batch)]
+    assert all(v["state"] in ("accepted", "failed") and v["attempts"] >= 1 for v in progress["videos"])
+
+
+def test_video_file_is_served_whole_and_by_range(client, settings, studio):
+    video = videos_of(settings, studio.batch)[0]
+    data = Path(video.output_path).read_bytes()
+    url = "/files/" + Path(video.output_path).relative_to(settings.videos_dir).as_posix()
+    whole = client.get(url)
+    assert whole.status_code == 200 and whole.headers["content-type"] == "video/mp4" and whole.content == data
+    part = client.get(url, headers={"Range": "bytes=100-299"})
+    assert part.status_code == 206 and part.content == data[100:300]
+    assert part.headers["content-range"] == f"bytes 100-299/{len(data)}"
+
+
+def test_frame_strip_is_a_jpeg_of_a_few_frames_and_cached(client, settings, studio):
+    video = videos_of(settings, studio.batch)[0]
+    hits = _strip.cache_info().hits
+    first = client.get(f"/videos/{video.id}/frames.jpg")
+    assert first.status_code == 200 and first.headers["content-type"] == "image/jpeg"
+    image = Image.open(io.BytesIO(first.content))
+    assert image.format == "JPEG" and image.height == FRAME_HEIGHT
+    assert image.width > (STRIP_FRAMES - 1) * FRAME_HEIGHT  # several frames side by side
+    again = client.get(f"/videos/{video.id}/frames.jpg")
+    assert again.content == first.content and _strip.cache_info().hits > hits
+
+
+def test_series_page_shows_its_style_and_episodes(client, settings, studio):
+    page = client.get(f"/series/{studio.series}")
+    assert page.status_code == 200
+    with session_scope(settings) as s:
+        series = s.get(Series, studio.series)
+    assert series.name == "Lantern Keepers" and series.style and series.consistency_rules
+    assert str(escape(series.style)) in page.text and f'href="/batches/{studio.series_batch}"' in page.text
+    assert f"{series.episodes_completed} done of 1 planned" in page.text
+
+
+def test_memory_page_shows_the_six_blocks_read_only(client, settings, studio):
+    page = client.get("/memory")
+    assert page.status_code == 200
+    for label in blocks.SCHEMAS:
+        assert f'id="block-{label}"' in page.text
+    assert "purple, blue" in page.text and "MIN_ACCEPTABLE_GRADE" in page.text
+    before = blocks.read_all(settings)
+    assert client.post("/memory").status_code == 405
+    assert blocks.read_all(settings) == before
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/batches/999999", "/batches/99999999999999999999", "/batches/abc", "/series/999999", "/ab/999999",
+        "/videos/999999/frames.jpg", "/api/batches/999999", "/nowhere",
+    ],
+)
+def test_a_bad_id_is_a_clear_not_found(client, url):
+    response = client.get(url)
+    assert response.status_code == 404
+    if url.startswith("/api/"):
+        assert response.json() == {"error": "there is no batch 999999"}
+    else:
+        assert 'id="error"' in response.text and ("there is no" in response.text)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["%2e%2e/outside.mp4", "..%2foutside.mp4", "batch-1/%2e%2e/%2e%2e/outside.mp4", "/etc/passwd", "%2fetc%2fpasswd",
+     "escape-link.mp4", "loop-link.mp4", "a%00b.mp4", "batch-1", "no-such-file.mp4", ""],
+)
+def test_a_file_outside_the_output_folder_is_never_served(client, settings, studio, path):
+    outside = settings.videos_dir.parent / "outside.mp4"
+    outside.write_bytes(b"secret, outside the output folder")
+    for name, target in (("escape-link.mp4", outside), ("loop-link.mp4", settings.videos_dir / "loop-link.mp4")):
+        if not (settings.videos_dir / name).is_symlink():
+            (settings.videos_dir / name).symlink_to(target)
+    response = client.get(f"/files/{path}")
+    assert response.status_code == 404 and b"secret" not in response.content
+
+
+@pytest.fixture(scope="module")
+def broken(settings, studio) -> dict[str, int]:
+    """Videos whose file is missing, lies outside the output folder, or is not a video at all."""
+    real = Path(videos_of(settings, studio.batch)[0].output_path)
+    folder = settings.videos_dir / "gallery-broken"
+    folder.mkdir(exist_ok=True)
+    (folder / "corrupt.mp4").write_bytes(b"this is not an mp4")
+    shutil.copy(real, settings.videos_dir.parent / "elsewhere.mp4")
+    paths = {
+        "missing": folder / "gone.mp4",
+        "outside": settings.videos_dir.parent / "elsewhere.mp4",
+        "corrupt": folder / "corrupt.mp4",
+    }
+    with session_scope(settings) as s:
+        batch = Batch(request="broken files", kind="batch", theme="broken", total=3, status=BatchStatus.done)
+        s.add(batch)
+        s.flush()
+        rows = {
+            name: Video(batch_id=batch.id, position=i, concept=name, state=VideoState.accepted, grade="B",
+                        output_path=str(path))
+            for i, (name, path) in enumerate(paths.items(), start=1)
+        }
+        s.add_all(rows.values())
+        s.flush()
+        return {"batch": batch.id, **{name: v.id for name, v in rows.items()}}
+
+
+def test_a_missing_outside_or_corrupt_file_is_named_not_served(client, broken):
+    page = client.get(f"/batches/{broken['batch']}")
+    assert page.status_code == 200
+    assert "its file gone.mp4 is missing" in page.text
+    assert "outside the output folder and is not served" in page.text
+    assert "elsewhere.mp4" not in page.text
+    missing = client.get(f"/videos/{broken['missing']}/frames.jpg")
+    assert missing.status_code == 404 and "gone.mp4 is missing" in missing.text
+    assert client.get(f"/videos/{broken['outside']}/frames.jpg").status_code == 404
+    corrupt = client.get(f"/videos/{broken['corrupt']}/frames.jpg")
+    assert corrupt.status_code == 422 and "corrupt.mp4 could not be decoded" in corrupt.text
+
+
+def test_ab_page_shows_the_variations_side_by_side_and_a_pick_records_the_winner(client, settings, studio):
+    page = client.get(f"/ab/{studio.test}")
+    assert page.status_code == 200 and 'id="variations"' in page.text
+    for label in ("A", "B"):
+        assert f'action="/ab/{studio.test}/pick/{label}"' in page.text and f"Pick {label} as the winner" in page.text
+    for video in videos_of(settings, studio.ab_batch):
+        assert f'data-video="{video.id}"' in page.text
+    origin = {"Origin": "http://testserver"}
+
+    before = snapshot(settings)
+    cross_site = client.post(f"/ab/{studio.test}/pick/A", headers={"Origin": "https://evil.example"})
+    assert cross_site.status_code == 403 and "another site" in cross_site.text
+    unknown = client.post(f"/ab/{studio.test}/pick/Z", headers=origin)
+    assert unknown.status_code == 409 and "has no variation &#39;Z&#39;" in unknown.text
+    assert f'href="/ab/{studio.test}"' in unknown.text  # a way back to the test
+    missing = client.post("/ab/999999/pick/A", headers=origin)
+    assert missing.status_code == 404 and "there is no A/B test 999999; nothing changed" in missing.text
+    assert snapshot(settings) == before
+
+    picked = client.post(f"/ab/{studio.test}/pick/b", headers=origin, follow_redirects=False)
+    assert picked.status_code == 303 and picked.headers["location"] == f"/ab/{studio.test}"
+    ab = blocks.read(settings, "ab_testing")
+    assert ab["USER_SELECTIONS"][-1]["test"] == str(studio.test) and ab["USER_SELECTIONS"][-1]["label"] == "B"
+    with session_scope(settings) as s:
+        test = s.get(ABTest, studio.test)
+        assert (test.status, test.winner_label) == ("closed", "B")
+    shown = client.get(f"/ab/{studio.test}")
+    assert "Winner: B" in shown.text and "as the winner</button>" not in shown.text
+
+    after = snapshot(settings)
+    closed = client.post(f"/ab/{studio.test}/pick/A", headers=origin)
+    assert closed.status_code == 409 and f"A/B test {studio.test} is closed (winner B); nothing changed" in closed.text
+    assert snapshot(settings) == after
+
+
+def test_basic_auth_is_enforced_when_credentials_are_set(settings, studio):
+    guarded = settings.model_copy(update={"gallery_user": "ana", "gallery_password": SecretStr("s3cret:pw")})
+    client = TestClient(create_app(guarded))
+    refused = client.get("/")
+    assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic ")
+    assert client.get("/", auth=("ana", "wrong")).status_code == 401
+    assert client.get("/", auth=("bob", "s3cret:pw")).status_code == 401
+    assert client.get("/", headers={"Authorization": "Basic !!!"}).status_code == 401
+    assert client.get(f"/api/batches/{studio.batch}").status_code == 401
+    assert client.get("/", auth=("ana", "s3cret:pw")).status_code == 200
+    video = videos_of(settings, studio.batch)[0]
+    url = "/files/" + Path(video.output_path).relative_to(settings.videos_dir).as_posix()
+    assert client.get(url).status_code == 401 and client.get(url, auth=("ana", "s3cret:pw")).status_code == 200
+
+
+def test_an_unreachable_database_is_a_clear_page(settings):
+    gone = settings.model_copy(update={"database_url": "postgresql://mas@127.0.0.1:1/mas"})
+    page = TestClient(create_app(gone)).get("/")
+    assert page.status_code == 503 and "cannot reach PostgreSQL at" in page.text and "127.0.0.1:1/mas" in page.text
+
+
+def test_half_a_credential_pair_is_refused(settings):
+    with pytest.raises(GalleryError, match="set both MAS_GALLERY_USER and MAS_GALLERY_PASSWORD"):
+        create_app(settings.model_copy(update={"gallery_user": "ana"}))
+
+
+def test_serving_beyond_loopback_requires_credentials(settings):
+    for host in ("0.0.0.0", "192.168.1.20", "::"):
+        with pytest.raises(GalleryError, match="without credentials: set MAS_GALLERY_USER"):
+            serve(settings, host=host, port=0)  # refused before anything binds
+    guarded = settings.model_copy(update={"gallery_user": "ana", "gallery_password": SecretStr("pw")})
+    assert server(guarded, host="0.0.0.0", port=0).config.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("localhost", True), ("::1", True),
+                                           ("127.0.0.2", True), ("0.0.0.0", False), ("example.com", False)])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_a_loopback_server_answers_only_to_loopback_host_names(settings, studio):
+    app = server(settings, host="127.0.0.2", port=0).config.app
+    for base in ("http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000", "http://127.0.0.2:8000"):
+        assert TestClient(app, base_url=base).get("/").status_code == 200
+    client = TestClient(app, base_url="http://127.0.0.1:8000")
+    for host in ("attacker.example:8000", "127.0.0.3", "[::1", ""):  # DNS rebinding, or a broken header
+        refused = client.get("/", headers={"Host": host})
+        assert refused.status_code == 400 and "loopback host names" in refused.text

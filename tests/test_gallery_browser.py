@@ -1,0 +1,131 @@
+"""The gallery in headless Chromium, as a user meets it: live progress, a finished batch's videos, a pick.
+
+It drives Debian's chromium package through Playwright (never a downloaded browser) against the gallery
+served by `mas.gallery.server` on a free loopback port, with real workers rendering the A/B test. The
+screenshots are kept under test-artifacts/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+from playwright.sync_api import Page, expect, sync_playwright
+
+from mas.cli import main
+from mas.db import session_scope
+from mas.gallery import server
+from mas.memory import blocks
+from mas.models import ABTest, ABVariation, Batch, Video
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian's chromium is not installed: apt-get install -y chromium"
+)
+
+
+@pytest.fixture(scope="module")
+def gallery_url(settings) -> Iterator[str]:
+    """The gallery on a free loopback port, served the way `mas serve` serves it."""
+    srv = server(settings, host="127.0.0.1", port=0)
+    thread = threading.Thread(target=srv.run, name="gallery", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the gallery did not start"
+        time.sleep(0.05)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture
+def browser(tmp_path) -> Iterator[tuple[Page, list[str]]]:
+    """A page of a fresh headless Chromium profile, and the script errors it reports."""
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            tmp_path / "profile", executable_path=str(CHROMIUM), headless=True, args=FLAGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        page = context.pages[0] if context.pages else context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        yield page, errors
+        context.close()
+
+
+def test_open_a_finished_batch_and_pick_an_ab_winner(settings, workers, gallery_url, browser):
+    page, script_errors = browser
+    result = CliRunner().invoke(main, ["ab", "a kite over the dunes", "--variations", "2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    batch_id = int(result.output.split()[1].rstrip(":"))
+
+    # the index is open while the batch renders: its row turns "done" by polling, without a reload
+    page.goto(f"{gallery_url}/")
+    row = page.locator(f'tr[data-batch="{batch_id}"]')
+    expect(row.locator(".status")).to_have_text("done", timeout=150_000)
+    expect(row.locator(".count")).to_have_text("2/2")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=ARTIFACTS / "gallery-index.png", full_page=True, animations="disabled")
+
+    row.get_by_role("link", name=f"#{batch_id}", exact=True).click()
+    expect(page).to_have_url(f"{gallery_url}/batches/{batch_id}")
+    videos = page.locator("video")
+    expect(videos).to_have_count(2)
+    # Chromium itself loaded each file and decoded its first frame; each frame strip is a real image
+    page.wait_for_function(
+        "[...document.querySelectorAll('video')].every(v => v.readyState >= 2 && v.duration > 0)", timeout=15_000
+    )
+    page.wait_for_function(
+        "[...document.querySelectorAll('img.strip')].every(i => i.complete && i.naturalWidth > 0)", timeout=15_000
+    )
+    expect(page.locator(".prompt")).to_have_count(2)
+    page.screenshot(path=ARTIFACTS / "gallery-batch.png", full_page=True, animations="disabled")
+
+    page.get_by_role("link", name="Compare the variations side by side").click()
+    cards = page.locator("#variations > div")
+    expect(cards).to_have_count(2)
+    a, b = cards.nth(0).bounding_box(), cards.nth(1).bounding_box()
+    assert a["y"] == b["y"] and a["x"] + a["width"] <= b["x"]  # side by side
+    with session_scope(settings) as s:
+        test_id = s.get(Batch, batch_id).ab_test_id
+        picked_video = s.scalar(sa.select(Video.id).where(Video.batch_id == batch_id, Video.label == "B"))
+    before = blocks.read(settings, "ab_testing")
+    assert before["ACTIVE_TEST"] == str(test_id)
+    page.screenshot(path=ARTIFACTS / "gallery-ab-open.png", full_page=True, animations="disabled")
+
+    page.get_by_role("button", name="Pick B as the winner").click()
+    expect(page.locator("#winner")).to_contain_text("Winner: B")
+    expect(page.get_by_role("button")).to_have_count(0)
+    expect(page.locator(f'[data-video="{picked_video}"]')).to_have_class("card winner")
+    page.screenshot(path=ARTIFACTS / "gallery-ab.png", full_page=True, animations="disabled")
+
+    after = blocks.read(settings, "ab_testing")
+    assert after["USER_SELECTIONS"][-1]["test"] == str(test_id) and after["USER_SELECTIONS"][-1]["label"] == "B"
+    assert after["ACTIVE_TEST"] is None and len(after["USER_SELECTIONS"]) == len(before["USER_SELECTIONS"]) + 1
+    with session_scope(settings) as s:
+        test = s.get(ABTest, test_id)
+        assert (test.status, test.winner_label) == ("closed", "B")
+        approach = s.scalar(
+            sa.select(ABVariation.approach).where(ABVariation.test_id == test_id, ABVariation.label == "B")
+        )
+
+    # what the pick taught the studio shows with the learned style
+    page.get_by_role("link", name="Memory & style").click()
+    expect(page.locator("#learned-style")).to_contain_text(approach)
+    expect(page.locator("#block-ab_testing")).to_contain_text(f'"test": "{test_id}"')
+    page.screenshot(path=ARTIFACTS / "gallery-memory.png", full_page=True, animations="disabled")
+    assert script_errors == []
