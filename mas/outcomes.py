@@ -25,7 +25,19 @@ from mas.models import (
 
 S = VideoState
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
+KEEP_FAILED = 10  # FAILED_RETRIES entries carry reasons, so fewer fit in the block
+PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL/COMPLETE count them all
 CONSOLIDATE_TASK = "tasks.pipeline.consolidate"
+
+
+def pending_videos(session, batch_id: int) -> list[int]:
+    """The next unfinished videos of a batch, as many as a core block comfortably holds."""
+    return list(session.scalars(
+        sa.select(Video.id)
+        .where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
+        .order_by(Video.position)
+        .limit(PENDING_SHOWN)
+    ))
 
 
 def fail_on_delivery_cap(task, args, kwargs, *, deliveries: int) -> None:
@@ -76,16 +88,15 @@ def finish_video(settings, session, video_id: int) -> bool:
     entry = {"video_id": video.id, "batch_id": batch.id, "grade": video.grade, "attempts": video.attempt_count}
 
     def queue(v):
-        change = {
-            "PENDING_VIDEOS": [x for x in v["PENDING_VIDEOS"] if x != video.id],
-            "IN_PROGRESS": None if v["IN_PROGRESS"] == str(video.id) else v["IN_PROGRESS"],
-        }
+        change = {"IN_PROGRESS": None if v["IN_PROGRESS"] == str(video.id) else v["IN_PROGRESS"]}
         if v["BATCH_ID"] == str(batch.id):
             change["BATCH_COMPLETE"] = v["BATCH_COMPLETE"] + 1
+            change["PENDING_VIDEOS"] = pending_videos(session, batch.id)
         if video.state == S.accepted:
             change["COMPLETED_TODAY"] = (v["COMPLETED_TODAY"] + [entry])[-KEEP:]
         else:
-            change["FAILED_RETRIES"] = (v["FAILED_RETRIES"] + [{**entry, "reasons": video.failure_reasons}])[-KEEP:]
+            reasons = [r[:100] for r in video.failure_reasons[-2:]]
+            change["FAILED_RETRIES"] = (v["FAILED_RETRIES"] + [{**entry, "reasons": reasons}])[-KEEP_FAILED:]
         return change
 
     blocks.update(settings, "production_queue", queue, actor="cameraman", session=session)

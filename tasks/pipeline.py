@@ -32,7 +32,7 @@ from mas.models import (
     Video,
     VideoState,
 )
-from mas.outcomes import KEEP, fail_on_delivery_cap, fail_on_error, finish_video
+from mas.outcomes import KEEP, PENDING_SHOWN, fail_on_delivery_cap, fail_on_error, finish_video
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
@@ -119,14 +119,14 @@ def plan_batch(self, batch_id: int) -> dict:
         video_ids = [v.id for v, _ in videos]
         blocks.update(settings, "production_queue", {
             "QUEUE_STATUS": "active", "BATCH_ID": str(batch.id), "BATCH_TOTAL": len(video_ids),
-            "BATCH_COMPLETE": 0, "PENDING_VIDEOS": video_ids, "IN_PROGRESS": None,
+            "BATCH_COMPLETE": 0, "PENDING_VIDEOS": video_ids[:PENDING_SHOWN], "IN_PROGRESS": None,
         }, actor="director", session=session)
         blocks.update(settings, "session_state", lambda v: {
             "LAST_ACTIVITY": blocks.now_iso(),
             "IN_PROGRESS_PROJECT": f"batch {batch.id}: {batch.request}",
             "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-KEEP:]
             + [{"batch_id": batch.id, "request": batch.request}],
-            "QUEUED_VIDEOS": video_ids,
+            "QUEUED_VIDEOS": video_ids[:PENDING_SHOWN],
         }, actor="director", session=session)
     recall.append(settings, "director", role="assistant", content=f"planned batch {batch_id}: {len(video_ids)} videos")
     for video_id in video_ids:

@@ -108,7 +108,12 @@ def load_model(path: Path) -> Any:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise EmbeddingUnavailable(f"sentence-transformers is not installed: {INSTALL_HINT}") from exc
+    import torch
+
     # CPU on purpose: the GPU belongs to the render queue, and MiniLM embeds hundreds of texts a second.
+    # One thread: cpu workers run several processes, and torch's default (a thread per core in each)
+    # oversubscribes the cores; bench/RESULTS-pipeline.md measured 4.8x more prompts/s with one thread.
+    torch.set_num_threads(1)
     return SentenceTransformer(str(path), device="cpu", local_files_only=True)
 
 
