@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
-from datetime import datetime, timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
@@ -155,19 +155,19 @@ def test_searches_are_never_served_by_a_stale_generic_plan(memory, stored):
 
 
 def test_time_window(memory, stored, engine):
-    _backdate(engine, stored["dragon"], datetime(2024, 1, 10, tzinfo=timezone.utc))
-    _backdate(engine, stored["ocean"], datetime(2024, 6, 10, tzinfo=timezone.utc))
+    _backdate(engine, stored["dragon"], datetime(2024, 1, 10, tzinfo=UTC))
+    _backdate(engine, stored["ocean"], datetime(2024, 6, 10, tzinfo=UTC))
     query = "winged reptile scorching a fortress with flames"
 
-    recent = memory.search(query, since=datetime(2025, 1, 1, tzinfo=timezone.utc), limit=20)
+    recent = memory.search(query, since=datetime(2025, 1, 1, tzinfo=UTC), limit=20)
     assert stored["dragon"] not in {r.id for r in recent}
     assert len(recent) == len(PASSAGES) - 2
 
-    old = memory.search(query, until=datetime(2025, 1, 1, tzinfo=timezone.utc), limit=20)
+    old = memory.search(query, until=datetime(2025, 1, 1, tzinfo=UTC), limit=20)
     assert [r.id for r in old] == [stored["dragon"], stored["ocean"]]
 
     window = memory.search(
-        query, since=datetime(2024, 3, 1, tzinfo=timezone.utc), until=datetime(2024, 12, 1, tzinfo=timezone.utc)
+        query, since=datetime(2024, 3, 1, tzinfo=UTC), until=datetime(2024, 12, 1, tzinfo=UTC)
     )
     assert [r.id for r in window] == [stored["ocean"]]
 
@@ -187,14 +187,14 @@ def test_stats(memory, engine):
     first = memory.insert("Viewers liked the cat series.", tags=["success", "series"])
     memory.insert("Shaky footage failed twice.", tags=["failure", "quality"])
     memory.insert("A/B test: warm light won.", tags=["ab_test", "success"])
-    _backdate(engine, first, datetime(2024, 5, 1, tzinfo=timezone.utc))
+    _backdate(engine, first, datetime(2024, 5, 1, tzinfo=UTC))
 
     stats = memory.stats()
     assert stats.total == 3
     assert stats.per_tag == {"success": 2, "ab_test": 1, "failure": 1, "quality": 1, "series": 1}
-    assert list(stats.per_tag)[0] == "success"
-    assert stats.oldest == datetime(2024, 5, 1, tzinfo=timezone.utc)
-    assert stats.newest > datetime.now(timezone.utc) - timedelta(minutes=5)
+    assert next(iter(stats.per_tag)) == "success"
+    assert stats.oldest == datetime(2024, 5, 1, tzinfo=UTC)
+    assert stats.newest > datetime.now(UTC) - timedelta(minutes=5)
 
 
 def test_each_text_is_embedded_once(memory, settings):
