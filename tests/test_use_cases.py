@@ -225,3 +225,20 @@ def test_bad_input_is_refused_and_changes_nothing(clean, args, message):
     with db.session_scope(clean) as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(Batch)) == 0
     assert blocks.read_all(clean) == before
+
+
+def test_memory_commands_read_what_the_pipeline_wrote(clean, workers):
+    batch_id = enqueue("Create 2 videos of volcanic islands")
+    wait_batch(clean, batch_id)
+    found = run_cli("memory", "search", "lava and ocean", "--tag", "success")
+    assert found.exit_code == 0 and "volcanic islands" in found.output
+    stats = run_cli("memory", "stats")
+    assert stats.exit_code == 0 and "quality" in stats.output and "archival passages:" in stats.output
+    shown = run_cli("memory", "show", "production_queue")
+    assert shown.exit_code == 0 and "BATCH_COMPLETE" in shown.output
+    history = run_cli("memory", "history", "production_queue")
+    assert history.exit_code == 0 and "director" in history.output
+    status = run_cli("status", str(batch_id))
+    assert status.exit_code == 0 and "2/2 done" in status.output
+    listing = run_cli("videos", "--batch", str(batch_id))
+    assert listing.exit_code == 0 and "accepted" in listing.output
