@@ -97,7 +97,7 @@ def generate_video(self, payload: dict) -> dict:
             return payload  # rendered before; the next message was never sent
         if video.state == S.writing:
             states.transition(session, video_id, S.writing, S.generating, attempt=attempt)
-        row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
+        row = states.attempt_row(session, video_id, attempt)
         prompt, negative, seed = row.prompt, row.negative_prompt, row.seed
         target = output_path(settings, video, attempt)
 
@@ -131,10 +131,9 @@ def evaluate_video(self, payload: dict) -> dict:
     settings = self.app.settings
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
-        video = session.get(Video, video_id)
-        if video is None or video.state != S.evaluating or video.attempt_count != attempt:
+        if states.at_step(session, video_id, S.evaluating, attempt) is None:
             raise Ignore()
-        row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
+        row = states.attempt_row(session, video_id, attempt)
         if row.grade is not None:
             return payload
         path, prompt = Path(row.output_path), row.prompt

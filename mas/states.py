@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mas.models import Video, VideoState
+from mas.models import Attempt, Video, VideoState
 
 S = VideoState
 TERMINAL = frozenset({S.accepted, S.failed})
@@ -58,6 +58,19 @@ def transition(
     if attempt is not None:
         stmt = stmt.where(Video.attempt_count == attempt)
     return session.execute(stmt).rowcount == 1
+
+
+def at_step(session: Session, video_id: int, state: VideoState, attempt: int) -> Video | None:
+    """The video when it is in `state` at `attempt`, else None (a duplicate or stale message)."""
+    video = session.get(Video, video_id)
+    if video is None or video.state != state or video.attempt_count != attempt:
+        return None
+    return video
+
+
+def attempt_row(session: Session, video_id: int, number: int) -> Attempt:
+    """Attempt `number` of a video (it exists once the Writer has written it)."""
+    return session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == number)).scalar_one()
 
 
 def fail(session: Session, video_id: int, reason: str) -> bool:

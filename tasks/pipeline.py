@@ -201,10 +201,10 @@ def review(self, payload: dict) -> dict:
     crew = agents.backend(settings)
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
-        video = session.get(Video, video_id)
-        if video is None or video.state != S.evaluating or video.attempt_count != attempt:
+        video = states.at_step(session, video_id, S.evaluating, attempt)
+        if video is None:
             raise Ignore()
-        row = session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)).scalar_one()
+        row = states.attempt_row(session, video_id, attempt)
         quality = blocks.read(settings, "quality_standards")
         verdict = crew.cameraman.review(
             grade=row.grade, scores=row.scores, min_grade=quality["MIN_ACCEPTABLE_GRADE"], attempt=attempt,
