@@ -20,6 +20,9 @@ SCHEDULE = {
     "reconcile-and-unstick": {"task": "tasks.maintenance.reconcile", "schedule": 60.0},
     # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.
     "run-scheduled-batches": {"task": "tasks.maintenance.run_schedules", "schedule": 30.0},
+    # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);
+    # with too few new pairs it says so and trains nothing.
+    "nightly-dpo-retraining": {"task": "gpu.tasks.tune", "schedule": crontab(hour=3, minute=15)},
     # Partial renders of killed workers are removed; task results expire by themselves (result_expires).
     "cleanup-partial-files": {"task": "tasks.maintenance.cleanup", "schedule": crontab(minute=30)},
 }

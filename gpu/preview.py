@@ -85,7 +85,7 @@ def read_frames(path: Path) -> np.ndarray:
 class PreviewGrader:
     """Scores sharpness, smoothness and palette adherence of a video in [0, 1] and grades their mean."""
 
-    def __call__(self, *, video: Path, prompt: str) -> tuple[dict[str, float], str]:
+    def __call__(self, *, video: Path, prompt: str, concept: str = "") -> tuple[dict[str, float], str]:
         frames = read_frames(video).astype(np.float32)
         # noise: mean absolute difference between horizontally adjacent pixels inside colour bands
         detail = np.abs(np.diff(frames, axis=1)).mean()

@@ -8,6 +8,7 @@ anything further along stops the chain.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import time
@@ -24,9 +25,35 @@ from mas import services, states
 from mas.celery_app import GPU_STATS_KEY, app
 from mas.db import session_scope
 from mas.models import Attempt, Video, VideoState
+from mas.grading import ModelMissing, VideoUnreadable
 from mas.outcomes import fail_on_delivery_cap, fail_on_error
 
 S = VideoState
+log = logging.getLogger(__name__)
+
+
+@app.task(name="gpu.tasks.regrade", bind=True)
+def regrade(self, video_id: int) -> dict:
+    """`mas grade VIDEO`: grade a video again with DQA, per axis, on the GPU worker (writes nothing)."""
+    from dataclasses import asdict
+
+    from gpu.dqa import regrade as dqa_regrade
+    from gpu.residency import residency
+
+    settings = self.app.settings
+    return asdict(dqa_regrade(settings, video_id, residency=residency(settings)))
+
+
+@app.task(name="gpu.tasks.tune", bind=True)
+def tune(self, dry_run: bool = False) -> dict:
+    """The Tuner: DPO on the user's A/B choices (nightly from beat, or `mas tune`), on the GPU worker."""
+    from dataclasses import asdict
+
+    from gpu.tuner import tune as run_tuner
+
+    report = run_tuner(self.app.settings, dry_run=dry_run)
+    log.info("tune: %s", report.reason)
+    return asdict(report)
 
 
 @task_postrun.connect
@@ -41,11 +68,15 @@ def publish_residency(sender=None, **_) -> None:
 
 
 def grader(settings):
-    if settings.grader == "preview":
-        from gpu.preview import PreviewGrader
+    """The grader named by MAS_GRADER: the offline preview stand-in, or DQA."""
+    if settings.grader == "dqa":
+        from gpu.dqa import DQAGrader
+        from gpu.residency import residency
 
-        return PreviewGrader()
-    raise NotImplementedError(f"grader {settings.grader!r} is not available yet; use 'preview'")
+        return DQAGrader(settings=settings, residency=residency(settings))
+    from gpu.preview import PreviewGrader
+
+    return PreviewGrader()
 
 
 def output_path(settings, video: Video, attempt: int) -> Path:
@@ -60,7 +91,7 @@ STEP_OPTIONS = dict(
     # a generator or grader that fails, hangs (soft time limit) or answers garbage is retried a few
     # times, then the video is skipped with the reason; Ignore means a duplicate delivery, not an error
     autoretry_for=(Exception,),
-    dont_autoretry_for=(Ignore, Reject),
+    dont_autoretry_for=(Ignore, Reject, ModelMissing),
     max_retries=app.settings.step_retries,
     time_limit=app.settings.max_render_seconds,
     soft_time_limit=int(app.settings.max_render_seconds * 0.97),
@@ -136,11 +167,15 @@ def evaluate_video(self, payload: dict) -> dict:
         row = states.attempt_row(session, video_id, attempt)
         if row.grade is not None:
             return payload
-        path, prompt = Path(row.output_path), row.prompt
-    scores, grade = grader(settings)(video=path, prompt=prompt)
+        path, prompt, concept = Path(row.output_path), row.prompt, row.video.concept
+    reasons: list[str] = []
+    try:
+        scores, grade = grader(settings)(video=path, prompt=prompt, concept=concept)
+    except VideoUnreadable as exc:  # a broken render is graded F, so review renders it again
+        scores, grade, reasons = {"total": 0.0}, "F", [str(exc)]
     with session_scope(settings) as session:
         session.execute(
             sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt, Attempt.grade.is_(None))
-            .values(scores=scores, grade=grade, grader=settings.grader, finished_at=sa.func.now())
+            .values(scores=scores, grade=grade, grader=settings.grader, failure_reasons=reasons, finished_at=sa.func.now())
         )
     return {**payload, "grade": grade}

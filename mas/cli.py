@@ -50,11 +50,12 @@ class StudioGroup(click.Group):
     """Loads settings once for every command and turns known errors into one line."""
 
     def invoke(self, ctx):
+        from mas.agents.letta import LettaError
         from mas.db import DatabaseUnavailable
 
         try:
             return super().invoke(ctx)
-        except (DatabaseUnavailable, services.ServiceError) as exc:
+        except (DatabaseUnavailable, services.ServiceError, LettaError) as exc:
             raise click.ClickException(str(exc)) from exc
 
 
@@ -454,6 +455,118 @@ def resume(settings: Settings, yes: bool) -> None:
     for work in pending:
         app.send_task("tasks.pipeline.resume_batch", args=[work["batch_id"]])
     console.print(f"resumed {len(pending)} batch(es); follow with `mas status --follow`")
+
+
+# --- quality alignment ----------------------------------------------------------------------------
+
+
+def _on_gpu(settings: Settings, task: str, *args, timeout: float = 1800):
+    """Run a gpu-queue task (where the models live) and wait for its answer."""
+    from celery.exceptions import TimeoutError as ResultTimeout
+
+    from mas.celery_app import app
+
+    _ready(settings)
+    try:
+        return app.send_task(task, args=list(args)).get(timeout=timeout)
+    except ResultTimeout:
+        _fail(f"no gpu worker answered within {int(timeout)} s: start one with `mas worker --queue gpu`")
+    except Exception as exc:  # the task's own error, raised here by Celery: one line, not a traceback
+        _fail(f"{type(exc).__name__}: {exc}")
+
+
+@main.command()
+@click.argument("video", type=int)
+@click.pass_obj
+def grade(settings: Settings, video: int) -> None:
+    """Grade VIDEO again with DQA and print the per-axis table (changes nothing stored)."""
+    result = _on_gpu(settings, "gpu.tasks.regrade", video, timeout=600)
+    table = Table("axis", "score", "weight", title=f"video {video}, attempt {result['attempt']}: {result['prompt'][:80]}")
+    for row in result["rows"]:
+        name = f"  {row['name']}" if row.get("parent") else row["name"]
+        score = "—" if row["score"] is None else f"{row['score']:.3f}"
+        weight = f"{row['weight']:.0%}" if row.get("weight") else ""
+        table.add_row(name, score, weight)
+    console.print(table)
+    console.print(
+        f"grade {result['grade']} (total {result['total']:.3f}); stored: {result['stored_grade'] or '-'} "
+        f"by {result['stored_grader'] or '-'}"
+    )
+    if result["failure_reasons"]:
+        console.print("weakest: " + "; ".join(result["failure_reasons"]))
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Say what would be trained, train nothing.")
+@click.pass_obj
+def tune(settings: Settings, dry_run: bool) -> None:
+    """Run the Tuner now: DPO on your A/B choices; the adapter is promoted only if it predicts better."""
+    report = _on_gpu(settings, "gpu.tasks.tune", dry_run)
+    console.print(report["reason"])
+    console.print(
+        f"pairs: {report['pairs']} (train {report['train_pairs']}, held out {report['heldout_pairs']}, "
+        f"needed {report['needed_pairs']})"
+    )
+    if report["trained"]:
+        console.print(
+            f"adapter v{report['version']}: held-out accuracy {report['heldout_accuracy']:.1%} "
+            f"({'promoted' if report['promoted'] else 'not promoted'})"
+        )
+
+
+# --- letta ----------------------------------------------------------------------------------------
+
+
+@main.group(name="letta")
+def letta_group() -> None:
+    """The Letta agent backend (MAS_AGENT_BACKEND=letta): its agents and shared blocks on the server."""
+
+
+@letta_group.command("provision")
+@click.pass_obj
+def letta_provision(settings: Settings) -> None:
+    """Create the agents and the six shared blocks on the Letta server, or repair them; safe to repeat."""
+    from mas.agents import letta
+
+    _ready(settings)
+    try:
+        result = letta.provision(settings)
+    except letta.LettaError as exc:
+        _fail(str(exc))
+    for line in result.created:
+        console.print(f"created {line}")
+    for line in result.changed:
+        console.print(f"repaired {line}")
+    if not result.created and not result.changed:
+        console.print("already provisioned: nothing created, nothing changed")
+    table = Table("agent", "id", "sleeptime agents")
+    for role, ids in result.agents.items():
+        table.add_row(role, ids.id, ", ".join(ids.sleeptime_ids))
+    console.print(table)
+
+
+@letta_group.command("status")
+@click.pass_obj
+def letta_status(settings: Settings) -> None:
+    """Server health, block ids, and per agent: in-context messages, sleeptime frequency and companions."""
+    from mas.agents import letta
+
+    state = letta.status(settings)
+    if not state.healthy:
+        _fail(f"Letta at {state.url} is not reachable or not healthy: {state.error}")
+    console.print(f"Letta {state.version} at {state.url}: {'provisioned' if state.provisioned else 'NOT fully provisioned'}")
+    blocks_table = Table("block", "id")
+    for label, block_id in state.blocks.items():
+        blocks_table.add_row(label, block_id or "[red]missing[/red]")
+    console.print(blocks_table)
+    agents_table = Table("agent", "id", "in context", "sleeptime every", "sleeptime agents (in context, autoclear)", "problems")
+    for a in state.agents:
+        companions = "; ".join(f"{c.name} ({c.in_context}, {'on' if c.autoclear else 'OFF'})" for c in a.companions)
+        agents_table.add_row(
+            a.role, a.id or "-", str(a.in_context if a.in_context is not None else "-"),
+            str(a.sleeptime_frequency or "-"), companions or "-", "; ".join(a.problems) or "-",
+        )
+    console.print(agents_table)
 
 
 # --- memory ---------------------------------------------------------------------------------------

@@ -11,8 +11,17 @@ from tasks import recovery
 
 @app.task(name="tasks.maintenance.maintain_buffers", bind=True)
 def maintain_buffers(self) -> list[dict]:
-    """Maintenance v3 on every agent's message buffer: summarize at WARN, reset at CRITICAL/EMERGENCY."""
-    return [asdict(action) for action in recall.maintain(self.app.settings)]
+    """Maintenance v3 on every agent's message buffer: summarize at WARN, reset at CRITICAL/EMERGENCY.
+
+    The studio's own buffers always; the agents on the Letta server too when that backend is on.
+    """
+    settings = self.app.settings
+    actions = recall.maintain(settings)
+    if settings.agent_backend == "letta":
+        from mas.agents.letta_maintenance import maintain
+
+        actions += maintain(settings)
+    return [asdict(action) for action in actions]
 
 
 @app.task(name="tasks.maintenance.reconcile", bind=True)

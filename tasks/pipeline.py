@@ -17,6 +17,7 @@ from celery import chain
 from celery.exceptions import Ignore
 
 from mas import agents, states
+from mas.agents.letta import RETRYABLE as AGENT_RETRYABLE
 from mas.agents.roles import WriterBrief
 from mas.celery_app import app
 from mas.db import session_scope
@@ -36,6 +37,11 @@ from mas.outcomes import KEEP, PENDING_SHOWN, fail_on_delivery_cap, fail_on_erro
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
+# A Letta reply that can't be parsed, or a Letta server that is briefly away, is retried with backoff.
+AGENT_RETRY = dict(
+    autoretry_for=(*app.Task.autoretry_for, *AGENT_RETRYABLE), retry_backoff=2, retry_backoff_max=60,
+    retry_jitter=True, max_retries=5,
+)
 S = VideoState
 
 
@@ -62,7 +68,7 @@ def video_chain(video_id: int, attempt: int, *, start: str = "write"):
 # --- plan -----------------------------------------------------------------------------------------
 
 
-@app.task(name="tasks.pipeline.plan_batch", bind=True)
+@app.task(name="tasks.pipeline.plan_batch", bind=True, **AGENT_RETRY)
 def plan_batch(self, batch_id: int) -> dict:
     """Director: turn a stored request into videos, fill the production blocks, start every video."""
     settings = self.app.settings
@@ -160,7 +166,10 @@ def _brief(settings, session, video: Video, attempt: int) -> WriterBrief:
     )
 
 
-@app.task(name="tasks.pipeline.write_prompt", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error)
+@app.task(
+    name="tasks.pipeline.write_prompt", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
+    **AGENT_RETRY,
+)
 def write_prompt(self, video_id: int, attempt: int) -> dict:
     """Writer: a prompt for this attempt from the concept, the learned style and past outcomes."""
     settings = self.app.settings
@@ -194,7 +203,10 @@ def write_prompt(self, video_id: int, attempt: int) -> dict:
 # --- review and record ----------------------------------------------------------------------------
 
 
-@app.task(name="tasks.pipeline.review", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error)
+@app.task(
+    name="tasks.pipeline.review", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
+    **AGENT_RETRY,
+)
 def review(self, payload: dict) -> dict:
     """Cameraman: accept the attempt, refine with a revised prompt, or give up after MAX_RETRIES."""
     settings = self.app.settings
@@ -218,7 +230,7 @@ def review(self, payload: dict) -> dict:
         if video.state != S.evaluating or video.attempt_count != attempt:
             raise Ignore()
         row = session.get(Attempt, row.id)
-        row.failure_reasons = verdict.failure_reasons
+        row.failure_reasons = list(dict.fromkeys([*row.failure_reasons, *verdict.failure_reasons]))
         done = {"grade": row.grade, "score": row.scores.get("total"), "output_path": row.output_path}
         if verdict.action == "accept":
             states.transition(session, video_id, S.evaluating, S.accepted, attempt=attempt, **done)
@@ -271,7 +283,7 @@ def _archive_attempt(settings, row: Attempt, *, concept: str, verdict) -> None:
 # --- sleeptime ------------------------------------------------------------------------------------
 
 
-@app.task(name="tasks.pipeline.consolidate", bind=True)
+@app.task(name="tasks.pipeline.consolidate", bind=True, **AGENT_RETRY)
 def consolidate(self) -> dict:
     """Sleeptime: from a clear buffer, summarize recent work into session_state and archival learnings."""
     settings = self.app.settings

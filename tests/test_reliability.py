@@ -217,3 +217,31 @@ def test_two_cpu_workers_share_a_batch(studio):
     assert_batch_exact(studio, batch_id, 6)
     for worker in (first, second):
         assert "tasks.pipeline.write_prompt" in worker.log.read_text()  # both took part
+
+
+def test_dqa_grading_end_to_end_and_mas_grade(tmp_path):
+    """MAS_GRADER=dqa on a real gpu worker: every attempt stores the five axes; `mas grade` re-grades."""
+    from tests.test_dqa import build_tiny_clip
+
+    clip = build_tiny_clip(tmp_path / "tiny-clip", steps=10)
+    with tempfile.TemporaryDirectory(prefix="mas-rel-") as tmp:
+        Path(tmp).chmod(0o755)
+        env = dict(MAS_GRADER="dqa", MAS_CLIP_MODEL_PATH=str(clip), MAS_TORCH_DTYPE="float32", MAS_DQA_FRAMES="4",
+                   MAS_MAX_RETRIES="1")
+        with IsolatedStudio(Path(tmp), **env) as studio:
+            studio.worker("cpu")
+            studio.worker("gpu")
+            batch_id = studio.enqueue("Create a video of a red circle")
+            studio.wait_batch(batch_id)
+            (video,) = assert_batch_exact(studio, batch_id, 1)
+            with db.session_scope(studio.settings) as s:
+                (attempt,) = s.scalars(sa.select(Attempt).where(Attempt.video_id == video.id)).all()
+                assert attempt.grader == "dqa"
+                assert {"semantic", "spatial", "benchmark", "multi_axis", "total"} <= set(attempt.scores)
+            result = studio.mas("grade", str(video.id))
+            assert result.returncode == 0, result.stderr
+            assert "semantic" in result.stdout and "grade" in result.stdout
+            missing = studio.mas("grade", "999999")
+            assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1
+            tune = studio.mas("tune", "--dry-run")  # no base model configured: one clear line saying what to set
+            assert tune.returncode != 0 and "MAS_PREFERENCE_BASE_MODEL_PATH" in tune.stderr

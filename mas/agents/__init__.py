@@ -20,4 +20,8 @@ def backend(settings: Settings) -> Agents:
             cameraman=OfflineCameraman(),
             consolidator=OfflineConsolidator(),
         )
-    raise NotImplementedError(f"agent backend {settings.agent_backend!r} is not available yet")
+    if settings.agent_backend == "letta":
+        from mas.agents.letta import letta_agents
+
+        return letta_agents(settings)
+    raise ValueError(f"unknown agent backend {settings.agent_backend!r}; use offline or letta")

@@ -20,6 +20,7 @@ from mas.agents.roles import (
     Verdict,
     WriterBrief,
 )
+from mas import grading
 from mas.config import grade_at_least
 from mas.palette import COLORS, COOL, WARM
 from mas.requests import ProductionRequest
@@ -57,6 +58,7 @@ FIXES = {
     "noisy, soft frames": "sharp focus, fine detail",
     "jittery, unstable motion": "steady camera, smooth slow motion",
     "colours off the requested palette": "dominant colours",
+    **grading.FIXES,  # the DQA grader's failure phrases and their fixes
 }
 STOP_WORDS = {"and", "or", "the", "a", "an", "with", "of", "tones", "aesthetics", "shots", "cuts", "lighting"}
 
@@ -161,12 +163,19 @@ class OfflineCameraman:
     def review(self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int) -> Verdict:
         if grade_at_least(grade, min_grade):
             return Verdict(action="accept", failure_reasons=[])
-        weak = sorted((v, k) for k, v in scores.items() if k in FAILURE_REASONS and v < self.weak_below)
-        reasons = [FAILURE_REASONS[k] for _, k in weak] or [FAILURE_REASONS[min(
-            (k for k in scores if k in FAILURE_REASONS), key=scores.get, default="sharpness")]]
+        reasons = self.weak_axes(scores)
         if attempt >= max_retries:
             return Verdict(action="fail", failure_reasons=reasons)
-        return Verdict(action="refine", failure_reasons=reasons, strategy="; ".join(FIXES[r] for r in reasons))
+        return Verdict(action="refine", failure_reasons=reasons, strategy="; ".join(FIXES[r] for r in reasons if r in FIXES))
+
+
+    def weak_axes(self, scores: dict[str, float]) -> list[str]:
+        """Readable failure reasons: the preview grader's weak axes, or DQA's (mas.grading)."""
+        preview = {k: v for k, v in scores.items() if k in FAILURE_REASONS}
+        if not preview:
+            return grading.failure_reasons(scores) or ["below the minimum grade on every axis"]
+        weak = sorted((v, k) for k, v in preview.items() if v < self.weak_below) or [min((v, k) for k, v in preview.items())]
+        return [FAILURE_REASONS[k] for _, k in weak]
 
 
 class OfflineConsolidator:

@@ -1,0 +1,497 @@
+"""The Tuner: DPO on the user's A/B choices, LoRA adapters, promotion on held-out accuracy.
+
+Every `mas pick` stores the chosen variation's prompt against each rejected one for the same concept
+(`ab_selections`). `tune` turns those into DPO pairs and trains a LoRA adapter on a small causal LM
+(MAS_PREFERENCE_BASE_MODEL_PATH) with trl's DPOTrainer: through Unsloth's fast path when CUDA and Unsloth
+are there, plain peft + trl otherwise. DPO makes the adapter a reward model for free: the implicit reward
+β·(log π(prompt | concept) − log π_ref(prompt | concept)) ranks prompts the way the user chose them
+(Rafailov et al. 2023), with the base model (adapter disabled) as π_ref. That reward, through a sigmoid,
+is the `preference` axis of DQA.
+
+Each trained adapter gets the next version in `trained_adapters`. It is promoted only if it predicts
+held-out choices at least as well as the currently promoted adapter does on the same choices (the first
+one: at least as well as a coin flip). Held-out
+choices are every HELDOUT_EVERY-th selection in id order: a selection is held out once and for all, so no
+version ever trains on the choices it is judged by, and two versions are always judged on the same ones.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import torch
+from torch import nn
+
+from mas.config import Settings
+from mas.db import ready_engine, session_scope
+from mas.grading import model_folder
+from mas.models import ABSelection, TrainedAdapter
+
+PROMPT_TEMPLATE = "Concept: {concept}\nVideo prompt:"
+"""What the preference model is conditioned on; the video prompt follows as the completion."""
+
+METADATA_FILE = "mas_adapter.json"
+"""Written beside peft's files: what scoring needs to reproduce training (beta, max_length, template)."""
+
+_TUNE_LOCK = 7_241_002
+"""PostgreSQL advisory lock key: one `tune` at a time (the beat job and a manual `mas tune` may meet)."""
+
+
+class TunerBusy(RuntimeError):
+    """Another `tune` holds the lock; the message says to wait."""
+
+
+@dataclass(kw_only=True)
+class TunerConfig:
+    """How the Tuner trains and judges adapters; the defaults suit a 1-8B base model on one GPU."""
+
+    beta: float = field(
+        default=0.1,
+        metadata={"help": "DPO β: higher keeps the adapter closer to the base model. Also scales the implicit "
+                  "reward the preference axis is computed from."},
+    )
+    learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate of the LoRA weights."})
+    epochs: float = field(default=3.0, metadata={"help": "Passes over the training pairs."})
+    batch_size: int = field(default=8, metadata={"help": "Pairs per optimisation step."})
+    max_length: int = field(
+        default=256,
+        metadata={"help": "Tokens kept of concept + prompt (the start is kept, like trl's keep_start)."},
+    )
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (scale = alpha / r)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path (peft path only)."})
+    target_modules: str | tuple[str, ...] = field(
+        default="all-linear",
+        metadata={"help": "Modules that get LoRA weights: peft's 'all-linear', or module names."},
+    )
+    gradient_checkpointing: bool = field(
+        default=True, metadata={"help": "Trade compute for activation memory (off for tiny models)."}
+    )
+    use_unsloth: bool = field(
+        default=True, metadata={"help": "Use Unsloth's kernels when CUDA is available and unsloth is installed."}
+    )
+    load_in_4bit: bool = field(
+        default=True, metadata={"help": "QLoRA: load the base model in 4 bits (Unsloth path only)."}
+    )
+    min_accuracy: float = field(
+        default=0.5,
+        metadata={"help": "Held-out accuracy a first adapter needs to be promoted when none is: a coin flip."},
+    )
+    heldout_every: int = field(
+        default=4,
+        metadata={"help": "Every N-th A/B selection (in id order) is held out to judge adapters, never trained on."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of LoRA initialisation and data order."})
+
+    def __post_init__(self) -> None:
+        if self.heldout_every < 2:
+            raise ValueError("heldout_every must be at least 2, or nothing is left to train on")
+
+
+UNSLOTH_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Unsloth wants module names; these are the Llama-family projections it has fused kernels for."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreferencePair:
+    """One DPO pair: for `concept` the user chose the video made from `chosen` over the one from `rejected`."""
+
+    selection_id: int
+    concept: str
+    chosen: str
+    rejected: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneReport:
+    """What `tune` did, for `mas tune` to print and the beat job to log."""
+
+    trained: bool
+    promoted: bool
+    reason: str
+    pairs: int
+    train_pairs: int
+    heldout_pairs: int
+    needed_pairs: int
+    version: int | None = None
+    path: str | None = None
+    backend: str | None = None
+    heldout_accuracy: float | None = None
+    current_version: int | None = None
+    current_accuracy: float | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromotedAdapter:
+    version: int
+    path: Path
+    heldout_accuracy: float | None
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+
+def load_pairs(settings: Settings) -> list[PreferencePair]:
+    """Every (chosen, rejected) pair of `ab_selections`, in selection id order; blank prompts skipped."""
+    with session_scope(settings) as session:
+        rows = session.execute(
+            sa.select(ABSelection.id, ABSelection.concept, ABSelection.chosen_prompt, ABSelection.rejected_prompts)
+            .order_by(ABSelection.id)
+        ).all()
+    return [
+        PreferencePair(selection_id=sid, concept=concept, chosen=chosen, rejected=rejected)
+        for sid, concept, chosen, rejected_prompts in rows
+        for rejected in rejected_prompts
+        if chosen.strip() and str(rejected).strip() and rejected != chosen
+    ]
+
+
+def split_heldout(pairs: Sequence[PreferencePair], *, every: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, held out): all pairs of every `every`-th selection, by position in id order, are held out."""
+    order = {sid: i for i, sid in enumerate(dict.fromkeys(p.selection_id for p in pairs))}
+    heldout = [p for p in pairs if order[p.selection_id] % every == every - 1]
+    train = [p for p in pairs if order[p.selection_id] % every != every - 1]
+    return train, heldout
+
+
+def dpo_rows(pairs: Sequence[PreferencePair]) -> list[dict[str, str]]:
+    """trl's standard (non-conversational) preference format."""
+    return [
+        {"prompt": PROMPT_TEMPLATE.format(concept=p.concept), "chosen": " " + p.chosen, "rejected": " " + p.rejected}
+        for p in pairs
+    ]
+
+
+# --- the preference model ---------------------------------------------------------------------------
+
+
+class PreferenceModel(nn.Module):
+    """A base causal LM with one DPO adapter: scores how much the user would like a prompt for a concept.
+
+    An nn.Module so the residency manager can keep it on the GPU between gradings; the base model with the
+    adapter disabled is the DPO reference, so one resident model gives both terms of the reward.
+    """
+
+    def __init__(self, *, model: nn.Module, tokenizer: Any, beta: float, max_length: int) -> None:
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beta = beta
+        self.max_length = max_length
+
+    @classmethod
+    def load(cls, *, base: Path, adapter: Path) -> "PreferenceModel":
+        """Load `base` and the adapter saved in `adapter`, on the CPU (the caller places it), in float32: the
+        rewards are small differences of summed log-probabilities, which bf16 rounding would swamp."""
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        meta = json.loads((adapter / METADATA_FILE).read_text())
+        tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, local_files_only=True)
+        model = PeftModel.from_pretrained(lm, adapter, is_trainable=False)
+        model.eval()
+        return cls(model=model, tokenizer=tokenizer, beta=float(meta["beta"]), max_length=int(meta["max_length"]))
+
+    @torch.inference_mode()
+    def rewards(self, items: Sequence[tuple[str, str]], *, batch_size: int = 16) -> torch.Tensor:
+        """DPO implicit rewards β·(log π − log π_ref) of each (concept, prompt), as a CPU float tensor."""
+        out = []
+        for start in range(0, len(items), batch_size):
+            ids, mask, completion = self._encode(items[start : start + batch_size])
+            policy = self._logps(ids, mask, completion)
+            with self.model.disable_adapter():
+                reference = self._logps(ids, mask, completion)
+            out.append((self.beta * (policy - reference)).float().cpu())
+        return torch.cat(out) if out else torch.zeros(0)
+
+    def score(self, *, concept: str, prompt: str) -> float:
+        """In [0, 1]: σ(reward), the Bradley-Terry probability that the user prefers this prompt over one the
+        base model finds exactly as likely (reward 0)."""
+        return float(torch.sigmoid(self.rewards([(concept, prompt)]))[0])
+
+    def accuracy(self, pairs: Sequence[PreferencePair]) -> float:
+        """Share of pairs whose chosen prompt gets the strictly higher reward (a tie predicts nothing)."""
+        if not pairs:
+            raise ValueError("no pairs to measure accuracy on")
+        chosen = self.rewards([(p.concept, p.chosen) for p in pairs])
+        rejected = self.rewards([(p.concept, p.rejected) for p in pairs])
+        return float((chosen > rejected).float().mean())
+
+    def _encode(self, items: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token ids as trl's DPOTrainer builds them: prompt + " " + completion + EOS, the completion starting
+        where the tokenized prompt and prompt + completion diverge, cut at `max_length`."""
+        tok = self.tokenizer
+        rows = []
+        for concept, text in items:
+            prompt = PROMPT_TEMPLATE.format(concept=concept)
+            prompt_ids = tok(prompt)["input_ids"]
+            full = tok(prompt + " " + text + tok.eos_token)["input_ids"][: self.max_length]
+            shared = min(len(prompt_ids), len(full))
+            start = next((i for i, (a, b) in enumerate(zip(prompt_ids, full)) if a != b), shared)
+            rows.append((full, start))
+        width = max(len(full) for full, _ in rows)
+        device = next(self.model.parameters()).device
+        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        completion = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, (full, start) in enumerate(rows):
+            ids[i, : len(full)] = torch.tensor(full)
+            mask[i, : len(full)] = 1
+            completion[i, start : len(full)] = True
+        return ids.to(device), mask.to(device), completion.to(device)
+
+    def _logps(self, ids: torch.Tensor, mask: torch.Tensor, completion: torch.Tensor) -> torch.Tensor:
+        """Summed log-probabilities of the completion tokens (trl's `logps` for the sigmoid loss)."""
+        logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        token_logps = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        return (token_logps * completion[:, 1:]).sum(-1)
+
+
+def promoted_adapter(settings: Settings, *, base: Path) -> PromotedAdapter | None:
+    """The newest promoted adapter trained on `base` (adapters of another base model do not apply)."""
+    with session_scope(settings) as session:
+        row = session.execute(
+            sa.select(TrainedAdapter)
+            .where(TrainedAdapter.promoted.is_(True), TrainedAdapter.base_model == str(base.resolve()))
+            .order_by(TrainedAdapter.version.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        if row is None:
+            return None
+        return PromotedAdapter(version=row.version, path=Path(row.path), heldout_accuracy=row.heldout_accuracy)
+
+
+def preference_base(settings: Settings) -> Path:
+    return model_folder(
+        settings.preference_base_model_path,
+        variable="MAS_PREFERENCE_BASE_MODEL_PATH",
+        what="the small causal LM that DPO adapters are trained on",
+    )
+
+
+# --- training ---------------------------------------------------------------------------------------
+
+
+def fast_path_available() -> bool:
+    """Unsloth needs CUDA; it is looked for, never imported, until the GPU training path runs."""
+    return torch.cuda.is_available() and importlib.util.find_spec("unsloth") is not None
+
+
+def train_adapter(*, base: Path, pairs: Sequence[PreferencePair], output: Path, config: TunerConfig) -> dict[str, Any]:
+    """Train a DPO LoRA adapter on `pairs` and save it to `output` (written whole, then renamed into place).
+
+    Returns training metrics. The reference model is the base with the adapter disabled, so no second copy
+    of the model is loaded.
+    """
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
+    from trl import DPOConfig, DPOTrainer
+
+    cuda = torch.cuda.is_available()
+    started = time.monotonic()
+    model, tokenizer, peft_config, backend = _trainable(base, config)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    with tempfile.TemporaryDirectory(prefix="mas-dpo-") as scratch:
+        args = DPOConfig(
+            output_dir=scratch,
+            beta=config.beta,
+            learning_rate=config.learning_rate,
+            num_train_epochs=config.epochs,
+            per_device_train_batch_size=config.batch_size,
+            max_length=config.max_length,
+            gradient_checkpointing=config.gradient_checkpointing,
+            bf16=cuda and torch.cuda.is_bf16_supported(),
+            use_cpu=not cuda,
+            seed=config.seed,
+            save_strategy="no",
+            report_to="none",
+            logging_strategy="no",  # the summary at the end still logs the metrics averaged over training
+            disable_tqdm=True,
+        )
+        trainer = DPOTrainer(
+            model=model, args=args, train_dataset=Dataset.from_list(dpo_rows(pairs)),
+            processing_class=tokenizer, peft_config=peft_config,
+        )
+        trainer.remove_callback(PrinterCallback)  # the TuneReport is the output; keep worker logs readable
+        result = trainer.train()
+        partial = output.with_name(output.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        trainer.model.save_pretrained(partial)
+        meta = {"beta": config.beta, "max_length": config.max_length, "template": PROMPT_TEMPLATE,
+                "base_model": str(base.resolve()), "backend": backend}
+        (partial / METADATA_FILE).write_text(json.dumps(meta, indent=2))
+        os.replace(partial, output)
+        logged = [row for row in trainer.state.log_history if "rewards/accuracies" in row]
+    del trainer, model
+    _release()
+    return {
+        "backend": backend,
+        "train_loss": float(result.training_loss),
+        "train_reward_accuracy": float(logged[-1]["rewards/accuracies"]) if logged else None,  # mean over training
+        "train_seconds": round(time.monotonic() - started, 2),
+        "train_pairs": len(pairs),
+        "config": asdict(config),
+    }
+
+
+def _trainable(base: Path, config: TunerConfig) -> tuple[Any, Any, Any, str]:
+    """(model, tokenizer, peft config or None, backend name): Unsloth's QLoRA model when it can run, else
+    the plain model with a peft LoraConfig for trl to wrap."""
+    if config.use_unsloth and fast_path_available():
+        import unsloth
+        from unsloth import FastLanguageModel
+
+        patch = getattr(unsloth, "PatchDPOTrainer", None)  # older releases patch trl's DPO only on request
+        if patch is not None:
+            patch()
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            model_name=str(base), max_seq_length=config.max_length, dtype=None,
+            load_in_4bit=config.load_in_4bit, local_files_only=True,
+        )
+        targets = UNSLOTH_TARGET_MODULES if config.target_modules == "all-linear" else list(config.target_modules)
+        model = FastLanguageModel.get_peft_model(
+            model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules=list(targets),
+            use_gradient_checkpointing="unsloth" if config.gradient_checkpointing else False,
+            random_state=config.seed,
+        )
+        return model, tokenizer, None, "unsloth"
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    torch.manual_seed(config.seed)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    targets = config.target_modules if isinstance(config.target_modules, str) else list(config.target_modules)
+    lora = LoraConfig(
+        r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+        target_modules=targets, task_type="CAUSAL_LM",
+    )
+    return model, tokenizer, lora, "peft"
+
+
+def _release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# --- tune: the whole job ----------------------------------------------------------------------------
+
+
+def tune(settings: Settings, *, dry_run: bool = False, config: TunerConfig | None = None) -> TuneReport:
+    """Train a new adapter on every A/B choice so far and promote it if it predicts held-out choices at
+    least as well as the promoted one. With too few pairs, or `dry_run`, it says what it would do and
+    trains nothing. `mas tune [--dry-run]` prints the report; the beat job logs it.
+    """
+    config = config or TunerConfig()
+    started = time.monotonic()
+    base = preference_base(settings)
+    pairs = load_pairs(settings)
+    train, heldout = split_heldout(pairs, every=config.heldout_every)
+    counts = {"pairs": len(pairs), "train_pairs": len(train), "heldout_pairs": len(heldout),
+              "needed_pairs": settings.min_preference_pairs}
+    if len(pairs) < settings.min_preference_pairs or not train or not heldout:
+        reason = (
+            f"{len(pairs)} preference pairs from A/B choices; {settings.min_preference_pairs} needed "
+            f"(MAS_MIN_PREFERENCE_PAIRS), with at least {config.heldout_every} choices so one can be held out. "
+            "Run more A/B tests and pick winners (`mas pick`), then tune again. Nothing was trained."
+        )
+        return TuneReport(trained=False, promoted=False, reason=reason, **counts)
+    if dry_run:
+        current, _ = _current(settings, base=base)
+        would = "v" + str(current.version) if current else "no adapter yet"
+        backend = "unsloth" if config.use_unsloth and fast_path_available() else "peft + trl"
+        reason = (f"dry run: would train on {len(train)} pairs with {backend} "
+                  f"and judge on {len(heldout)} held-out pairs against {would}. Nothing was trained.")
+        return TuneReport(
+            trained=False, promoted=False, reason=reason, current_version=current and current.version, **counts
+        )
+    with _tune_lock(settings):
+        current, lost = _current(settings, base=base)
+        version = _next_version(settings)
+        folder = (settings.data_dir / "adapters").resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        output = folder / f"v{version:04d}-{uuid.uuid4().hex[:8]}"  # never over a folder a wiped database forgot
+        metrics = train_adapter(base=base, pairs=train, output=output, config=config)
+        accuracy = _heldout_accuracy(base=base, adapter=output, heldout=heldout)
+        current_accuracy = None
+        if current is not None:  # judged again on today's held-out set, which may have grown since it was trained
+            current_accuracy = _heldout_accuracy(base=base, adapter=current.path, heldout=heldout)
+        promoted = accuracy >= (config.min_accuracy if current_accuracy is None else current_accuracy)
+        with session_scope(settings) as session:
+            session.add(TrainedAdapter(
+                version=version, path=str(output), base_model=str(base.resolve()), pairs_used=len(train),
+                heldout_accuracy=accuracy, promoted=promoted,
+                metrics={**metrics, "heldout_pairs": len(heldout), "current_version": current and current.version,
+                         "current_accuracy": current_accuracy},
+            ))
+    if current is not None:
+        against = f"v{current.version} scores {current_accuracy:.2f}"
+    else:
+        missing = "the promoted adapter's files are missing" if lost else "no adapter was promoted before"
+        against = f"{missing}, so it needed {config.min_accuracy:.2f}"
+    verdict = "promoted" if promoted else "kept on file, not promoted"
+    reason = f"v{version} {verdict}: held-out accuracy {accuracy:.2f} on {len(heldout)} pairs; {against}."
+    return TuneReport(
+        trained=True, promoted=promoted, reason=reason, version=version, path=str(output),
+        backend=metrics["backend"], heldout_accuracy=accuracy, current_version=current and current.version,
+        current_accuracy=current_accuracy, seconds=round(time.monotonic() - started, 2), **counts,
+    )
+
+
+def _current(settings: Settings, *, base: Path) -> tuple[PromotedAdapter | None, bool]:
+    """(the promoted adapter, whether its files are lost). Lost files leave nothing to compare with, and
+    graders could not load it either, so a lost adapter counts as none."""
+    current = promoted_adapter(settings, base=base)
+    if current is not None and not (current.path / METADATA_FILE).is_file():
+        return None, True
+    return current, False
+
+
+def _heldout_accuracy(*, base: Path, adapter: Path, heldout: Sequence[PreferencePair]) -> float:
+    """Accuracy of the adapter saved at `adapter`, reloaded from disk: what is judged is what will be served."""
+    model = PreferenceModel.load(base=base, adapter=adapter)
+    if torch.cuda.is_available():
+        model.to("cuda")
+    try:
+        return model.accuracy(heldout)
+    finally:
+        del model
+        _release()
+
+
+def _next_version(settings: Settings) -> int:
+    with session_scope(settings) as session:
+        return int(session.scalar(sa.select(sa.func.coalesce(sa.func.max(TrainedAdapter.version), 0)))) + 1
+
+
+@contextmanager
+def _tune_lock(settings: Settings) -> Iterator[None]:
+    """A session-level advisory lock on its own connection (autocommit: no transaction idles for the
+    minutes training takes), held for the whole training."""
+    with ready_engine(settings).connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if not conn.scalar(sa.text("select pg_try_advisory_lock(:k)"), {"k": _TUNE_LOCK}):
+            raise TunerBusy("another `mas tune` is training right now; wait for it to finish and run it again")
+        try:
+            yield
+        finally:
+            conn.execute(sa.text("select pg_advisory_unlock(:k)"), {"k": _TUNE_LOCK})
