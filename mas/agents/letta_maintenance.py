@@ -33,7 +33,7 @@ from mas.agents.letta import (
     client,
 )
 from mas.config import Settings
-from mas.memory.recall import Action, ActionKind, Level
+from mas.memory.recall import Action, ActionKind, Level, level
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +63,6 @@ def health(settings: Settings, *, api=None) -> Health:
     except LettaError as exc:
         return Health(ok=False, detail=str(exc))
     return Health(ok=answer.status == "ok", version=answer.version, detail=answer.status)
-
-
-def level(settings: Settings, messages: int) -> Level:
-    if messages >= settings.buffer_emergency:
-        return "emergency"
-    if messages >= settings.buffer_critical:
-        return "critical"
-    if messages >= settings.buffer_warn:
-        return "warn"
-    return "ok"
 
 
 def in_context(api, agent_id: str) -> int:

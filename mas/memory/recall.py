@@ -229,14 +229,14 @@ def maintain(settings: Settings, *, summarizer: Summarizer = digest) -> list[Act
         with session_scope(settings) as session:
             buffer = _lock(session, agent)
             before = _live_count(session, agent)
-            level = _level(settings, before)
-            kind, reason = _apply_policy(settings, session, buffer, level, before, summarizer)
-            action = Action(agent=agent, count_before=before, action=kind, level=level,
+            alarm = level(settings, before)
+            kind, reason = _apply_policy(settings, session, buffer, alarm, before, summarizer)
+            action = Action(agent=agent, count_before=before, action=kind, level=alarm,
                             count_after=_live_count(session, agent), reason=reason)
         log.log(
             {"ok": logging.DEBUG, "summarize": logging.INFO, "reset": logging.WARNING}[kind],
             "maintain %s: %s at level %s, %d -> %d messages: %s",
-            agent, kind, level, before, action.count_after, reason,
+            agent, kind, alarm, before, action.count_after, reason,
         )
         actions.append(action)
     return actions
@@ -245,7 +245,8 @@ def maintain(settings: Settings, *, summarizer: Summarizer = digest) -> list[Act
 # --- internals: all take the session whose transaction holds the agent's row lock --------------------
 
 
-def _level(settings: Settings, messages: int) -> Level:
+def level(settings: Settings, messages: int) -> Level:
+    """Maintenance v3's alarm level for a buffer of `messages` (shared with the Letta maintenance)."""
     if messages >= settings.buffer_emergency:
         return "emergency"
     if messages >= settings.buffer_critical:
