@@ -52,7 +52,7 @@ from mas.agents.roles import (
     WriterBrief,
 )
 from mas.config import Settings, redact_url
-from mas.memory.blocks import SCHEMAS, BlockError, defaults
+from mas.memory.blocks import SCHEMAS, BlockError, apply_change, defaults
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
@@ -785,22 +785,8 @@ class LettaBlockStore:
     def _update(self, label: str, block_id: str, change) -> dict[str, Any]:
         api = client(self.settings)
         current = self._retrieve(label, block_id)
-        fields = change(dict(current)) if callable(change) else dict(change)
-        schema = SCHEMAS[label]
-        unknown = set(fields) - set(schema.model_fields)
-        if unknown:
-            raise BlockError(f"{label} has no field {', '.join(sorted(unknown))}; fields: {', '.join(schema.model_fields)}")
-        try:
-            new = schema.model_validate({**current, **fields}).model_dump()
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise BlockError(f"{label}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+        new = apply_change(self.settings, label, current, change)
         text = _dump(new)
-        if len(text) > self.settings.core_block_max_chars:
-            raise BlockError(
-                f"{label} would be {len(text)} characters, over its cap of {self.settings.core_block_max_chars}; "
-                "move old entries to archival memory first"
-            )
         if new != current:
             with _translated(f"writing block {label}"):
                 api.blocks.update(block_id, value=text)

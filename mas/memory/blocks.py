@@ -161,6 +161,31 @@ def versioned(settings: Settings, label: str) -> MemoryBlock:
 Change = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def apply_change(settings: Settings, label: str, current: dict[str, Any], change: Change) -> dict[str, Any]:
+    """The block's new value after `change`, validated and within the size cap, or BlockError.
+
+    Shared by every store of the blocks (Postgres here, a Letta server in `mas.agents.letta`).
+    """
+    schema = _schema(label)
+    fields = change(dict(current)) if callable(change) else dict(change)
+    unknown = set(fields) - set(schema.model_fields)
+    if unknown:
+        raise BlockError(f"{label} has no field {', '.join(sorted(unknown))}; fields: {', '.join(schema.model_fields)}")
+    try:
+        new = schema.model_validate({**current, **fields}).model_dump()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise BlockError(f"{label}.{where}: {err['msg']}") from None
+    size = len(json.dumps(new))
+    if size > settings.core_block_max_chars:
+        raise BlockError(
+            f"{label} would be {size} characters, over its cap of {settings.core_block_max_chars}; "
+            "move old entries to archival memory first"
+        )
+    return new
+
+
 def update(
     settings: Settings, label: str, change: Change, *, actor: str, session: Session | None = None
 ) -> dict[str, Any]:
@@ -179,22 +204,7 @@ def update(
         _ensure_rows(session, settings)
         row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one()
     current = dict(row.value)
-    fields = change(dict(current)) if callable(change) else dict(change)
-    unknown = set(fields) - set(schema.model_fields)
-    if unknown:
-        raise BlockError(f"{label} has no field {', '.join(sorted(unknown))}; fields: {', '.join(schema.model_fields)}")
-    try:
-        new = schema.model_validate({**current, **fields}).model_dump()
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise BlockError(f"{label}.{where}: {err['msg']}") from None
-    size = len(json.dumps(new))
-    if size > settings.core_block_max_chars:
-        raise BlockError(
-            f"{label} would be {size} characters, over its cap of {settings.core_block_max_chars}; "
-            "move old entries to archival memory first"
-        )
+    new = apply_change(settings, label, current, change)
     changed = [f for f in schema.model_fields if new[f] != current.get(f)]
     if not changed:
         return new
