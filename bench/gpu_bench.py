@@ -7,8 +7,10 @@ task events (task-started / task-succeeded). From that timeline:
 - GPU busy fraction: time inside gpu tasks / time from the first gpu task's start to the last one's end;
 - overhead per video: GPU idle time (gaps between gpu tasks) divided by the number of videos;
 - model swaps: how often consecutive gpu tasks need a different model (render <-> grade), i.e. the swaps a
-  residency budget that holds one of the two models would make. Grouped order (renders before gradings,
-  the default) is compared with the naive per-video order (MAS_GPU_GROUPING=false).
+  residency budget that holds one of the two models would make. Three orders are compared: sticky (the
+  default: gradings on their own queue, the worker stays with one kind while it has work), first come first
+  served on one queue (MAS_GPU_GROUPING=false), and the naive per-video order of the seed (each video rendered
+  and graded before the next, so every gpu task but the first swaps: computed from the same batch's tasks).
 
     python bench/gpu_bench.py --videos 50 --render-seconds 1.0
 """
@@ -80,7 +82,8 @@ def run(*, videos: int, render_seconds: float, grouping: bool) -> dict:
     swaps = sum(a != b for a, b in zip(kinds, kinds[1:]))
     return {
         "grouping": grouping, "videos": videos, "gpu_tasks": len(timeline), "renders": kinds.count("render"),
-        "busy_fraction": busy / span, "overhead_per_video_s": gaps / videos, "swaps": swaps, "wall_s": wall,
+        "busy_fraction": busy / span, "overhead_per_video_s": gaps / videos, "swaps": swaps,
+        "per_video_swaps": len(timeline) - 1, "wall_s": wall,
     }
 
 
@@ -93,9 +96,10 @@ def main() -> None:
     for grouping in (True, False):
         r = run(videos=args.videos, render_seconds=args.render_seconds, grouping=grouping)
         print(
-            f"{'grouped' if grouping else 'naive  '}: {r['videos']} videos, {r['gpu_tasks']} gpu tasks "
+            f"{'sticky' if grouping else 'fifo  '}: {r['videos']} videos, {r['gpu_tasks']} gpu tasks "
             f"({r['renders']} renders), GPU busy {r['busy_fraction']:.1%}, overhead "
-            f"{r['overhead_per_video_s'] * 1000:.0f} ms/video, model swaps {r['swaps']}, wall {r['wall_s']:.0f} s"
+            f"{r['overhead_per_video_s'] * 1000:.0f} ms/video, model swaps {r['swaps']} "
+            f"(per-video order: {r['per_video_swaps']}), wall {r['wall_s']:.0f} s"
         )
 
 

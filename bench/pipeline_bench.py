@@ -45,7 +45,6 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,8 +54,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import mean, median
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
+
+if TYPE_CHECKING:
+    from tests.studio import CeleryWorker
 DEFAULT_REQUEST = "Create {n} videos of mythical creatures"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # torch: one intra-op thread per process
@@ -178,44 +181,12 @@ class EventLog:
 # --- workers --------------------------------------------------------------------------------------
 
 
-class Worker:
-    """A real Celery cpu worker in a subprocess, started as tests/conftest.py and `mas worker` do."""
-
-    def __init__(self, env: dict[str, str], name: str, log_dir: Path, concurrency: int) -> None:
-        self.name = f"{name}@bench"
-        self.log = log_dir / f"{name}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "mas", "worker", "-Q", "cpu", "-n", self.name,
-             "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "-E",
-             "--without-gossip", "--without-mingle"],
-            env=env, cwd=ROOT, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, app, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}")
-            if app.control.ping(destination=[self.name], timeout=0.5):
-                return
-        raise TimeoutError(f"worker {self.name} not ready:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # warm shutdown: the running task finishes, reserved ones go back
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 TASK_LINE = re.compile(
     r"INFO/(?P<process>[\w-]+)\] Task (?P<name>[\w.]+)\[(?P<uuid>[0-9a-f-]+)\] succeeded in (?P<runtime>[0-9.e-]+)s"
 )
 
 
-def task_processes(workers: list[Worker]) -> dict[str, str]:
+def task_processes(workers: list[CeleryWorker]) -> dict[str, str]:
     """uuid -> "worker/process" of every succeeded task, from the workers' INFO logs (events carry the
     pid of the worker's main process only, not of the pool process that ran the task)."""
     found = {}
@@ -239,25 +210,31 @@ def child_env(mas_env: dict[str, str], **overrides: str | None) -> dict[str, str
     return env
 
 
-def start_workers(env, log_dir: Path, concurrencies: list[int], tag: str, app) -> list[Worker]:
-    workers = [Worker(env, f"{tag}-{i}", log_dir, c) for i, c in enumerate(concurrencies)]
+def start_workers(env, log_dir: Path, concurrencies: list[int], tag: str) -> list[CeleryWorker]:
+    """Real cpu workers, started as the test suite and `mas worker` start them (events on, for the bench)."""
+    from tests.studio import CeleryWorker
+
+    workers = [
+        CeleryWorker(kind="cpu", name=f"{tag}-{i}@bench", env=env, log_dir=log_dir, concurrency=c, extra_args=["-E"])
+        for i, c in enumerate(concurrencies)
+    ]
     for w in workers:
-        w.wait_ready(app)
+        w.wait_ready()
     return workers
 
 
-def stop_workers(workers: list[Worker]) -> None:
-    for w in workers:
+def stop_workers(workers: list[CeleryWorker]) -> None:
+    for w in workers:  # all at once, then wait for each
         if w.proc.poll() is None:
-            w.proc.terminate()
+            os.killpg(w.proc.pid, signal.SIGTERM)
     for w in workers:
-        w.stop()
+        w.stop(timeout=60)
 
 
 # --- CPU accounting -------------------------------------------------------------------------------
 
 
-def cpu_snapshot(settings, workers: list[Worker]) -> dict[str, float]:
+def cpu_snapshot(settings, workers: list[CeleryWorker]) -> dict[str, float]:
     """user+system CPU seconds so far of postgres (all backends), redis, the workers and this process."""
     import psutil
     from pgserver.utils import PostmasterInfo
@@ -399,7 +376,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
     from mas.production import submit
     from mas.requests import parse_request
 
-    workers = start_workers(env, log_dir, [1], tag, app)
+    workers = start_workers(env, log_dir, [1], tag)
     result = PlanResult(outcome="timeout")
     try:
         request = parse_request(DEFAULT_REQUEST.format(n=n), settings)
@@ -535,7 +512,7 @@ def throughput(settings, app, events, env, log_dir, config: str, n: int, repeat:
     planned = [make_videos(settings, n, distinct=False, label=f"{config}-planned-{r}") for r in range(repeat)]
     distinct = [make_videos(settings, n, distinct=True, label=f"{config}-distinct-{r}") for r in range(repeat)]
     t_start = time.time()
-    workers = start_workers(env, log_dir, concurrencies, f"cpu-{config}", app)
+    workers = start_workers(env, log_dir, concurrencies, f"cpu-{config}")
     warm: dict = {"start_s": time.time() - t_start}
     runs = []
     try:

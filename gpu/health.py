@@ -1,15 +1,18 @@
-"""Health check of the gpu queue: which worker answered and what accelerator it sees."""
+"""Health check of the gpu queues: which worker answered, from which queue, and what accelerator it sees."""
 
 import importlib.util
-from mas.celery_app import app
+import time
+
+from mas.celery_app import GPU_QUEUE, app
 
 
 @app.task(name="gpu.health.ping", bind=True)
 def ping(self, tag: str = "") -> dict:
-    """Answer with host and device; reads torch's view of CUDA only if torch is installed."""
+    """Answer with host, queue, device and the time of answering; reads torch's view of CUDA only if installed."""
     device = "cpu (torch not installed)"
     if importlib.util.find_spec("torch") is not None:
         import torch
 
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    return {"queue": "gpu", "worker": self.request.hostname, "device": device, "tag": tag}
+    queue = (self.request.delivery_info or {}).get("routing_key") or GPU_QUEUE
+    return {"queue": queue, "worker": self.request.hostname, "device": device, "tag": tag, "answered_at": time.time()}

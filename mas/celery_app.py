@@ -8,22 +8,34 @@ delivery count, so a task that kills its worker would otherwise be redelivered f
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from celery import Celery, Task
 from kombu import Exchange, Queue
+from kombu.transport.redis import PRIORITY_STEPS
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from mas import services
 from mas.config import Settings
+from mas.queue_order import StickyCycle
 
 log = logging.getLogger(__name__)
 
 GPU_STATS_KEY = "mas:gpu:residency"  # the gpu worker's model residency counters, as JSON
 CPU_TASK_TIME_LIMIT = 600  # seconds; an agent step that runs longer is killed and retried
-GRADE_PRIORITY = 6  # Redis priority of gpu grading tasks (0 is the highest)
 CPU_QUEUE = "cpu"
-GPU_QUEUE = "gpu"
+GPU_QUEUE = "gpu"  # renders (and the other gpu tasks)
+GRADE_QUEUE = "gpu-grade"  # gradings, consumed by the gpu worker too, grouped apart from renders
+WORKER_QUEUES = {"cpu": (CPU_QUEUE,), "gpu": (GPU_QUEUE, GRADE_QUEUE)}
+"""What `mas worker --queue KIND` consumes."""
 TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "tasks.maintenance", "gpu.health", "gpu.tasks"]
+
+
+def queue_keys(app: Celery, queue: str) -> list[str]:
+    """The Redis lists holding a queue's waiting messages: kombu keeps one list per priority step."""
+    options = app.conf.broker_transport_options
+    sep = options.get("sep", "\x06\x16")
+    return [queue] + [f"{queue}{sep}{step}" for step in options.get("priority_steps", PRIORITY_STEPS) if step]
 
 
 class StudioTask(Task):
@@ -75,12 +87,11 @@ def celery_config(settings: Settings) -> dict:
     transport = {"visibility_timeout": settings.visibility_timeout_seconds}
     broker_transport = {
         **transport,
-        # Redis emulates priorities with one list per step, polled best first. Renders (0) go before
-        # evaluations (GRADE_PRIORITY), so the gpu worker renders a batch's pending videos back to back
-        # and then grades them, instead of alternating video and quality models for every video.
-        "priority_steps": [0, 3, GRADE_PRIORITY, 9],
-        "queue_order_strategy": "priority",
+        # The gpu worker stays with renders or gradings while that queue has work, so the video and
+        # quality models do not alternate video by video (see mas.queue_order).
+        "queue_order_strategy": partial(StickyCycle, streak_limit=settings.gpu_streak_limit),
     }
+    grade_queue = GRADE_QUEUE if settings.gpu_grouping else GPU_QUEUE
     return dict(
         broker_url=settings.effective_broker_url,
         result_backend=settings.effective_result_backend,
@@ -91,6 +102,7 @@ def celery_config(settings: Settings) -> dict:
         task_queues=(
             Queue(CPU_QUEUE, Exchange(CPU_QUEUE, type="direct"), routing_key=CPU_QUEUE),
             Queue(GPU_QUEUE, Exchange(GPU_QUEUE, type="direct"), routing_key=GPU_QUEUE),
+            Queue(GRADE_QUEUE, Exchange(GRADE_QUEUE, type="direct"), routing_key=GRADE_QUEUE),
         ),
         task_default_queue=CPU_QUEUE,
         task_default_exchange=CPU_QUEUE,
@@ -99,7 +111,8 @@ def celery_config(settings: Settings) -> dict:
         # queue's Redis list: no exchange binding is consulted, and a broker that lost its data (bindings
         # included) still routes every message from long-running workers.
         task_routes={
-            "gpu.tasks.evaluate_video": {"queue": GPU_QUEUE, "priority": GRADE_PRIORITY if settings.gpu_grouping else 0},
+            "gpu.tasks.evaluate_video": {"queue": grade_queue},
+            "gpu.tasks.regrade": {"queue": grade_queue},
             "gpu.*": {"queue": GPU_QUEUE},
             "tasks.*": {"queue": CPU_QUEUE},
         },

@@ -116,17 +116,22 @@ def _exec_celery(args: list[str]) -> None:
 
 
 @main.command()
-@click.option("--queue", type=click.Choice(["cpu", "gpu"]), required=True, help="Which queue to consume.")
+@click.option(
+    "--queue", type=click.Choice(["cpu", "gpu"]), required=True,
+    help="Which work to take: cpu (agent steps) or gpu (renders and gradings, queues gpu and gpu-grade).",
+)
 @click.option("--concurrency", type=int, default=None, help="cpu processes (gpu is always 1).")
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option("--name", default=None, help="Worker node name (default QUEUE@hostname).")
 @click.pass_obj
 def worker(settings: Settings, queue: str, concurrency: int | None, loglevel: str, name: str | None) -> None:
     """Start a worker. A gpu worker runs one task at a time, fetches one at a time, acks late."""
+    from mas.celery_app import WORKER_QUEUES
+
     _ready(settings)
     procs = 1 if queue == "gpu" else (concurrency or settings.cpu_concurrency)
     _exec_celery(
-        ["-A", "mas", "worker", "-Q", queue, "-c", str(procs), "--prefetch-multiplier", "1",
+        ["-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[queue]), "-c", str(procs), "--prefetch-multiplier", "1",
          "-n", name or f"{queue}@%h", "-l", loglevel, "-E"]
     )
 
@@ -269,12 +274,15 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
 
 
 def _show_gpu_models(settings: Settings) -> None:
-    """Model residency as the gpu worker last published it (loads, evictions and swaps)."""
+    """GPU work waiting, and model residency as the gpu worker last published it (loads, evictions, swaps)."""
     import json
 
-    from mas.celery_app import GPU_STATS_KEY
+    from mas.celery_app import GPU_QUEUE, GPU_STATS_KEY, GRADE_QUEUE, app, queue_keys
 
-    raw = services.redis_client(settings).get(GPU_STATS_KEY)
+    client = services.redis_client(settings)
+    renders, gradings = (sum(client.llen(k) for k in queue_keys(app, q)) for q in (GPU_QUEUE, GRADE_QUEUE))
+    console.print(f"gpu queue: {renders} renders and {gradings} gradings waiting")
+    raw = client.get(GPU_STATS_KEY)
     if raw is None:
         return
     s = json.loads(raw)

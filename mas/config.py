@@ -166,8 +166,14 @@ class Settings(BaseSettings):
     cpu_concurrency: int = Field(default=2, ge=1, description="Processes of a cpu worker.")
     gpu_grouping: bool = Field(
         default=True,
-        description="Serve queued renders before gradings on the gpu queue (fewer model swaps); "
-        "False: first come, first served, video by video.",
+        description="Queue gradings apart from renders, and let the gpu worker stay with one kind while it "
+        "has work (fewer model swaps); False: one queue, first come, first served, video by video.",
+    )
+    gpu_streak_limit: int = Field(
+        default=50,
+        ge=0,
+        description="After this many gpu tasks of one kind in a row, the other kind goes first once if it "
+        "has work waiting, so gradings are not held back for a whole batch; 0: no limit.",
     )
     step_retries: int = Field(
         default=2, ge=0, description="Retries of a failed render or grade before the video is skipped."

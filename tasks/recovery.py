@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from mas import services, states
-from mas.celery_app import CPU_QUEUE, GPU_QUEUE, app
+from mas.celery_app import app, queue_keys
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import Batch, BatchStatus, Video
@@ -55,10 +55,8 @@ def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
     """Videos and batches that a queued message or a task on a worker (running or reserved) carries."""
     live = Live()
     client = services.redis_client(settings)
-    sep = app.conf.broker_transport_options.get("sep", "\x06\x16")
-    steps = app.conf.broker_transport_options.get("priority_steps", [0])
-    for queue in (CPU_QUEUE, GPU_QUEUE):
-        for key in [queue] + [f"{queue}{sep}{p}" for p in steps if p]:
+    for queue in app.conf.task_queues:
+        for key in queue_keys(app, queue.name):
             for raw in client.lrange(key, 0, -1):
                 name, args = _decode(raw)
                 live.add(name, args, queued=True)

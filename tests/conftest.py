@@ -7,9 +7,6 @@ MAS_TEST_DATABASE_URL / MAS_TEST_BROKER_URL to run against servers of your own i
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ import sqlalchemy as sa
 
 from mas import db, services
 from mas.config import Settings
+from tests.studio import CeleryWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,49 +75,18 @@ def child_env(studio_env: dict[str, str], **extra: str) -> dict[str, str]:
     return env
 
 
-class Worker:
-    """A real Celery worker in a subprocess, consuming one queue."""
-
-    def __init__(self, env: dict[str, str], queue: str, name: str, log_dir: Path, concurrency: int = 1):
-        self.name = f"{name}@test"
-        self.log = log_dir / f"{name}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "mas", "worker", "-Q", queue, "-n", self.name,
-             "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip",
-             "--without-mingle"],
-            env=env, cwd=ROOT, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, app, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}")
-            if app.control.ping(destination=[self.name], timeout=0.5):
-                return
-        raise TimeoutError(f"worker {self.name} not ready:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @pytest.fixture(scope="session")
 def workers(settings, studio_env, tmp_path_factory):
     """One cpu worker (2 processes) and one gpu worker (1 process), as `mas worker` starts them."""
-    from mas.celery_app import app
-
     logs = tmp_path_factory.mktemp("worker-logs")
     env = child_env(studio_env)
-    started = [Worker(env, "cpu", "cpu", logs, concurrency=2), Worker(env, "gpu", "gpu", logs)]
+    started = [
+        CeleryWorker(kind="cpu", name="cpu@test", env=env, log_dir=logs, concurrency=2),
+        CeleryWorker(kind="gpu", name="gpu@test", env=env, log_dir=logs),
+    ]
     try:
         for w in started:
-            w.wait_ready(app)
+            w.wait_ready()
         yield started
     finally:
         for w in started:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -23,18 +24,29 @@ from mas.models import Batch, BatchStatus, Video
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class StudioWorker:
-    def __init__(self, studio: "IsolatedStudio", queue: str, name: str, env: dict[str, str], concurrency: int):
-        self.name = f"{name}@reliability"
-        self.log = studio.data_dir / f"{name}-{int(time.time() * 1000)}.log"
+class CeleryWorker:
+    """A real Celery worker in its own process group, with the flags `mas worker` gives it.
+
+    Its own process group lets a test SIGKILL the worker and its pool children at once; its log is read
+    for readiness and for what it ran.
+    """
+
+    def __init__(
+        self, *, kind: str, name: str, env: dict[str, str], log_dir: Path, concurrency: int = 1,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        from mas.celery_app import WORKER_QUEUES
+
+        self.name = name
+        self.log = log_dir / f"{name.split('@')[0]}-{int(time.time() * 1000)}.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "mas", "worker", "-Q", queue, "-n", self.name,
-             "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip",
-             "--without-mingle", *studio.worker_args],
+            [sys.executable, "-m", "celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]),
+             "-n", name, "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip",
+             "--without-mingle", *extra_args],
             env=env, cwd=ROOT, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
         )
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -50,11 +62,12 @@ class StudioWorker:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 20) -> None:
+        """Warm shutdown: the running task finishes, reserved ones go back to the queue."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
 
@@ -67,7 +80,7 @@ class IsolatedStudio:
             if key not in env:
                 self.env.pop(key, None)
         self.settings = Settings(**{k[4:].lower(): v for k, v in self.env.items() if k.startswith("MAS_")})
-        self.workers: list[StudioWorker] = []
+        self.workers: list[CeleryWorker] = []
         self.worker_args: list[str] = []
 
     def __enter__(self) -> "IsolatedStudio":
@@ -80,8 +93,11 @@ class IsolatedStudio:
             worker.stop()
         services.down(self.settings)
 
-    def worker(self, queue: str, *, concurrency: int = 1, **env: str) -> StudioWorker:
-        w = StudioWorker(self, queue, f"{queue}{len(self.workers)}", {**self.env, **env}, concurrency)
+    def worker(self, kind: str, *, concurrency: int = 1, **env: str) -> CeleryWorker:
+        w = CeleryWorker(
+            kind=kind, name=f"{kind}{len(self.workers)}@reliability", env={**self.env, **env}, log_dir=self.data_dir,
+            concurrency=concurrency, extra_args=self.worker_args,
+        )
         self.workers.append(w)
         w.wait_ready()
         return w

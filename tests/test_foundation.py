@@ -93,6 +93,7 @@ def test_routing_by_package(settings):
     router = app.amqp.router
     assert router.route({}, "gpu.tasks.generate_video")["queue"].name == "gpu"
     assert router.route({}, "gpu.health.ping")["queue"].name == "gpu"
+    assert router.route({}, "gpu.tasks.evaluate_video")["queue"].name == "gpu-grade"
     assert router.route({}, "tasks.pipeline.plan_batch")["queue"].name == "cpu"
     conf = app.conf
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
@@ -132,21 +133,23 @@ def test_beat_schedule_names_registered_tasks(workers):
     assert app.send_task("tasks.maintenance.maintain_buffers").get(timeout=60)[0]["action"] == "ok"
 
 
-def test_gpu_renders_are_served_before_gradings(clean):
-    """Grading waits in a lower-priority list, so queued renders run back to back (fewer model swaps)."""
-    from mas import services
-    from mas.celery_app import GRADE_PRIORITY, app
+def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers):
+    """Renders and gradings queued interleaved run as two runs, not alternating (fewer model swaps)."""
+    from mas.celery_app import GPU_QUEUE, GRADE_QUEUE, app
 
-    payload = {"video_id": 0, "attempt": 1}
-    app.control.cancel_consumer("gpu", reply=True, timeout=2)  # a running gpu worker must not take them
+    for queue in (GPU_QUEUE, GRADE_QUEUE):  # hold the gpu worker off while the work is queued
+        app.control.cancel_consumer(queue, destination=["gpu@test"], reply=True, timeout=5)
     try:
-        app.send_task("gpu.tasks.evaluate_video", args=[payload])
-        app.send_task("gpu.tasks.generate_video", args=[payload])
-        client = services.redis_client(clean)
-        sep = app.conf.broker_transport_options.get("sep", "\x06\x16")
-        assert client.llen("gpu") == 1  # the render, polled first
-        assert client.llen(f"gpu{sep}{GRADE_PRIORITY}") == 1  # the grading, polled after every render
-        assert b"gpu.tasks.generate_video" in client.lindex("gpu", 0)
-        client.delete("gpu", f"gpu{sep}{GRADE_PRIORITY}")
+        results = [
+            app.send_task("gpu.health.ping", args=[f"{queue}-{i}"], queue=queue)
+            for i in range(4)
+            for queue in (GRADE_QUEUE, GPU_QUEUE)
+        ]
     finally:
-        app.control.add_consumer("gpu", destination=["gpu@test"], reply=True, timeout=2)
+        for queue in (GPU_QUEUE, GRADE_QUEUE):
+            app.control.add_consumer(queue, destination=["gpu@test"], reply=True, timeout=5)
+    answers = sorted((r.get(timeout=60) for r in results), key=lambda a: a["answered_at"])
+    order = [a["queue"] for a in answers]
+    assert sorted(order) == [GPU_QUEUE] * 4 + [GRADE_QUEUE] * 4
+    assert sum(a != b for a, b in zip(order, order[1:])) == 1, order
+    assert all(a["worker"] == "gpu@test" for a in answers)
