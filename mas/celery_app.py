@@ -28,7 +28,7 @@ GPU_QUEUE = "gpu"  # renders (and the other gpu tasks)
 GRADE_QUEUE = "gpu-grade"  # gradings, consumed by the gpu worker too, grouped apart from renders
 WORKER_QUEUES = {"cpu": (CPU_QUEUE,), "gpu": (GPU_QUEUE, GRADE_QUEUE)}
 """What `mas worker --queue KIND` consumes."""
-TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "tasks.maintenance", "gpu.health", "gpu.tasks"]
+TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "tasks.maintenance", "tasks.warmup", "gpu.health", "gpu.tasks"]
 
 
 def queue_keys(app: Celery, queue: str) -> list[str]:

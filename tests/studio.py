@@ -24,26 +24,21 @@ from mas.models import Batch, BatchStatus, Video
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class CeleryWorker:
-    """A real Celery worker in its own process group, with the flags `mas worker` gives it.
+class CeleryProcess:
+    """A real Celery process (a worker or beat) in its own process group, logging to a file.
 
-    Its own process group lets a test SIGKILL the worker and its pool children at once; its log is read
-    for readiness and for what it ran.
+    Its own process group lets a test SIGKILL it and its pool children at once; its log is read for
+    readiness (`ready_line`) and for what it ran.
     """
 
-    def __init__(
-        self, *, kind: str, name: str, env: dict[str, str], log_dir: Path, concurrency: int = 1,
-        extra_args: Sequence[str] = (),
-    ) -> None:
-        from mas.celery_app import WORKER_QUEUES
+    ready_line = "ready."
 
+    def __init__(self, *, args: Sequence[str], name: str, env: dict[str, str], log_dir: Path) -> None:
         self.name = name
         self.log = log_dir / f"{name.split('@')[0]}-{int(time.time() * 1000)}.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]),
-             "-n", name, "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip",
-             "--without-mingle", *extra_args],
-            env=env, cwd=ROOT, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", *args], env=env, cwd=ROOT, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 90) -> None:
@@ -51,25 +46,51 @@ class CeleryWorker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited:\n{self.log.read_text()[-3000:]}")
-            if "ready." in self.log.read_text():
+            if self.ready_line in self.log.read_text():
                 return
             time.sleep(0.2)
         raise TimeoutError(f"{self.name} not ready:\n{self.log.read_text()[-3000:]}")
 
     def kill(self) -> None:
-        """SIGKILL the worker and its pool children at once, as a crash or an OOM kill would."""
+        """SIGKILL the process and its children at once, as a crash or an OOM kill would."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
     def stop(self, timeout: float = 20) -> None:
-        """Warm shutdown: the running task finishes, reserved ones go back to the queue."""
+        """Warm shutdown: a worker finishes its running task and gives reserved ones back."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class CeleryWorker(CeleryProcess):
+    """A real Celery worker with the flags `mas worker` gives it."""
+
+    def __init__(
+        self, *, kind: str, name: str, env: dict[str, str], log_dir: Path, concurrency: int = 1,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        from mas.celery_app import WORKER_QUEUES
+
+        super().__init__(
+            args=["celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]), "-n", name,
+                  "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip",
+                  "--without-mingle", *extra_args],
+            name=name, env=env, log_dir=log_dir,
+        )
+
+
+class Beat(CeleryProcess):
+    """`mas beat`, as a user starts it."""
+
+    ready_line = "beat: Starting..."
+
+    def __init__(self, *, env: dict[str, str], log_dir: Path) -> None:
+        super().__init__(args=["mas.cli", "beat"], name="beat", env=env, log_dir=log_dir)
 
 
 class IsolatedStudio:
@@ -80,7 +101,7 @@ class IsolatedStudio:
             if key not in env:
                 self.env.pop(key, None)
         self.settings = Settings(**{k[4:].lower(): v for k, v in self.env.items() if k.startswith("MAS_")})
-        self.workers: list[CeleryWorker] = []
+        self.workers: list[CeleryProcess] = []
         self.worker_args: list[str] = []
 
     def __enter__(self) -> "IsolatedStudio":
@@ -101,6 +122,13 @@ class IsolatedStudio:
         self.workers.append(w)
         w.wait_ready()
         return w
+
+    def beat(self) -> Beat:
+        """Start `mas beat`; stopped with the studio like the workers."""
+        beat = Beat(env=self.env, log_dir=self.data_dir)
+        self.workers.append(beat)
+        beat.wait_ready()
+        return beat
 
     def mas(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         return subprocess.run(

@@ -1,5 +1,7 @@
 """Settings, migrations, the video state machine, routing, and a chain and a chord on real workers."""
 
+import time
+
 import pytest
 import sqlalchemy as sa
 from pydantic import ValidationError
@@ -153,3 +155,13 @@ def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers):
     assert sorted(order) == [GPU_QUEUE] * 4 + [GRADE_QUEUE] * 4
     assert sum(a != b for a, b in zip(order, order[1:])) == 1, order
     assert all(a["worker"] == "gpu@test" for a in answers)
+
+
+def test_cpu_pool_processes_preload_the_embedding_model(workers):
+    """Each cpu pool process loads MiniLM as it starts (in the background); the gpu worker never does."""
+    cpu, gpu = workers
+    deadline = time.monotonic() + 90
+    while cpu.log.read_text().count("embedding model loaded in") < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert cpu.log.read_text().count("embedding model loaded in") == 2  # -c 2: once per process
+    assert "embedding model" not in gpu.log.read_text()

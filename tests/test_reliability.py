@@ -189,6 +189,44 @@ def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
                 assert len(server.queued) == 2  # the first try and one retry, then skipped
 
 
+def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
+    """`mas beat` SIGKILLed before and after it starts an overnight batch: the batch runs, and only once."""
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    from mas.production import schedule
+    from mas.requests import parse_request
+
+    studio.worker("cpu")
+    studio.worker("gpu")
+    due = schedule(studio.settings, parse_request("Create a video of harbour cranes", studio.settings),
+                   run_at=datetime.now(timezone.utc) + timedelta(seconds=2))
+    beat = studio.beat()
+    time.sleep(4)
+    beat.kill()  # before its first 30 s tick of the schedule job
+    with db.session_scope(studio.settings) as s:
+        assert s.get(Schedule, due).status == "scheduled"
+    beat = studio.beat()  # restarted on the schedule file the killed beat left
+    studio.wait_until(
+        lambda: studio.videos(1) and studio.batch_done(1), timeout=150, what="the scheduled batch to finish"
+    )
+    assert "Sending due task run-scheduled-batches" in beat.log.read_text()
+    beat.kill()
+    cpu = studio.workers[0]
+
+    def schedule_jobs_run() -> int:
+        return sum("run_schedules[" in line and "succeeded" in line for line in cpu.log.read_text().splitlines())
+
+    ran = schedule_jobs_run()
+    beat = studio.beat()  # restarted once more: its next tick finds nothing left to start
+    studio.wait_until(lambda: schedule_jobs_run() > ran, timeout=90, what="the restarted beat's schedule job")
+    with db.session_scope(studio.settings) as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Batch)) == 1
+        row = s.get(Schedule, due)
+        assert row.status == "sent" and row.batch_id == 1
+    assert_batch_exact(studio, 1, 1)
+
+
 def test_flower_refuses_beyond_loopback_without_credentials(studio):
     result = studio.mas("flower", "--address", "0.0.0.0")
     assert result.returncode != 0 and "without auth" in result.stderr

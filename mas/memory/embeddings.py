@@ -117,6 +117,9 @@ def load_model(path: Path) -> Any:
     return SentenceTransformer(str(path), device="cpu", local_files_only=True)
 
 
+_LOADING = Lock()  # a warm-up thread and a task asking at once must not load the model twice
+
+
 @lru_cache(maxsize=4)
 def _embedder_for(path: Path) -> Embedder:
     return Embedder(load_model(path))
@@ -124,4 +127,6 @@ def _embedder_for(path: Path) -> Embedder:
 
 def get_embedder(settings: Settings) -> Embedder:
     """The process-wide embedder for this settings' model (loaded on first use, then shared)."""
-    return _embedder_for(model_path(settings).resolve())
+    path = model_path(settings).resolve()
+    with _LOADING:
+        return _embedder_for(path)
