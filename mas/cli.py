@@ -270,10 +270,10 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
         _follow(settings, batch)
     else:
         _show_batch(settings, batch)
-    _show_gpu_models(settings)
+    _show_gpu(settings)
 
 
-def _show_gpu_models(settings: Settings) -> None:
+def _show_gpu(settings: Settings) -> None:
     """GPU work waiting, and model residency as the gpu worker last published it (loads, evictions, swaps)."""
     import json
 
