@@ -18,11 +18,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mas import services
 from mas.config import Settings
+from mas.errors import PeerUnavailable
 
 _MIGRATION_LOCK = 7_241_001  # advisory lock key for migrations
 
 
-class DatabaseUnavailable(RuntimeError):
+class DatabaseUnavailable(PeerUnavailable):
     """PostgreSQL could not be reached; the message says which URL and what to do."""
 
 

@@ -7,12 +7,13 @@ import sqlalchemy as sa
 from mas import agents
 from mas.config import Settings
 from mas.db import session_scope
+from mas.errors import InvalidInput
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest, ABVariation, Attempt, Video, VideoState
 from mas.outcomes import KEEP
 
 
-class PreferenceError(ValueError):
+class PreferenceError(InvalidInput):
     """The feedback or choice can't be recorded; the message says why."""
 
 

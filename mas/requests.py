@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from mas.config import Settings
+from mas.errors import InvalidInput
 
 NUMBER_WORDS = {
     "a": 1, "an": 1, "one": 1, "single": 1, "two": 2, "pair": 2, "couple": 2, "three": 3, "four": 4,
@@ -25,7 +26,7 @@ _BATCH = re.compile(_COUNT + r"\s+(?:\w+\s+){0,3}?" + _UNIT + r"\b", re.I)
 _THEME = re.compile(r"\b(?:of|about|featuring|showing|with)\s+(?P<theme>.+)$", re.I)
 
 
-class RequestError(ValueError):
+class RequestError(InvalidInput):
     """The request can't be queued; the message is a question or instruction for the user."""
 
 

@@ -47,9 +47,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from mas.config import Settings, redact_url
+from mas.errors import RetryableError
 
 
-class ServiceError(RuntimeError):
+class ServiceError(RetryableError):
     """A service could not be started, reached or stopped; the message says what to do."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from mas.errors import PermanentError
 from mas.models import Attempt, Video, VideoState
 
 S = VideoState
@@ -26,7 +27,7 @@ ALLOWED: dict[VideoState, frozenset[VideoState]] = {
 }
 
 
-class IllegalTransition(ValueError):
+class IllegalTransition(PermanentError, ValueError):
     """The state machine has no such move."""
 
     def __init__(self, source: VideoState, target: VideoState):

@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
+from mas.errors import InvalidSettings
 from mas.gallery.frames import FrameError, strip_jpeg
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video, VideoState
@@ -53,7 +54,7 @@ templates.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensu
 Row = TypeVar("Row")
 
 
-class GalleryError(ValueError):
+class GalleryError(InvalidSettings, ValueError):
     """The gallery can't start as configured; the message says what to set."""
 
 

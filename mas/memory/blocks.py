@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from mas.config import Settings
 from mas.db import session_scope
+from mas.errors import InvalidInput
 from mas.models import MemoryBlock, MemoryBlockChange
 
 Grade = Literal["A", "B", "C", "D", "F"]
@@ -104,7 +105,7 @@ SCHEMAS: dict[str, type[_Block]] = {
 }
 
 
-class BlockError(ValueError):
+class BlockError(InvalidInput):
     """An update a block refuses: unknown label or field, wrong type, or over the size cap."""
 
 

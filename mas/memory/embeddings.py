@@ -16,6 +16,7 @@ from threading import Lock
 from typing import Any
 
 from mas.config import Settings
+from mas.errors import PermanentError
 from mas.models import EMBEDDING_DIM
 
 INSTALL_HINT = (
@@ -24,7 +25,7 @@ INSTALL_HINT = (
 )
 
 
-class EmbeddingUnavailable(RuntimeError):
+class EmbeddingUnavailable(PermanentError):
     """The embedding model cannot be loaded; the message says what to install or configure."""
 
 

@@ -1,0 +1,75 @@
+"""Every name the studio shares across processes: Celery task names, queue names, Redis keys, lock names.
+
+A task's registered name is what queued messages and beat entries carry, so these strings never change;
+code refers to the constants, never to a literal, so a reader finds every sender and the receiver of a
+task by one name.
+"""
+
+from __future__ import annotations
+
+# --- queues ---------------------------------------------------------------------------------------------
+
+CPU_QUEUE = "cpu"
+"""Agent steps: planning, prompts, review, consolidation, maintenance. Any number of cpu workers."""
+
+GPU_QUEUE = "gpu"
+"""Renders and the other gpu tasks."""
+
+GRADE_QUEUE = "gpu-grade"
+"""Gradings: consumed by the gpu worker too, kept apart from renders so models do not swap per video."""
+
+WORKER_QUEUES = {"cpu": (CPU_QUEUE,), "gpu": (GPU_QUEUE, GRADE_QUEUE)}
+"""What `mas worker --queue KIND` consumes."""
+
+# --- tasks ----------------------------------------------------------------------------------------------
+
+TASK_PACKAGES = ("tasks.health", "tasks.pipeline", "tasks.maintenance", "tasks.warmup", "gpu.health", "gpu.tasks")
+"""Modules the Celery app imports to register tasks (by name: `mas` never imports them itself)."""
+
+PING = "tasks.health.ping"
+COLLECT = "tasks.health.collect"
+GPU_PING = "gpu.health.ping"
+
+PLAN_BATCH = "tasks.pipeline.plan_batch"
+WRITE_PROMPT = "tasks.pipeline.write_prompt"
+REVIEW = "tasks.pipeline.review"
+CONSOLIDATE = "tasks.pipeline.consolidate"
+RESUME_BATCH = "tasks.pipeline.resume_batch"
+
+GENERATE_VIDEO = "gpu.tasks.generate_video"
+EVALUATE_VIDEO = "gpu.tasks.evaluate_video"
+REGRADE = "gpu.tasks.regrade"
+TUNE = "gpu.tasks.tune"
+
+MAINTAIN_BUFFERS = "tasks.maintenance.maintain_buffers"
+RECONCILE = "tasks.maintenance.reconcile"
+RECOVER = "tasks.maintenance.recover"
+RUN_SCHEDULES = "tasks.maintenance.run_schedules"
+CLEANUP = "tasks.maintenance.cleanup"
+
+# --- Redis keys -----------------------------------------------------------------------------------------
+
+GPU_STATS_KEY = "mas:gpu:residency"
+"""The gpu worker's model residency counters, as JSON."""
+
+
+def deliveries_key(task_id: str, retries: int) -> str:
+    """Counter of deliveries of one run of a task (Redis keeps no delivery count of its own)."""
+    return f"mas:deliveries:{task_id}:{retries}"
+
+
+# --- PostgreSQL advisory locks (see mas.locks) ----------------------------------------------------------
+
+MIGRATION_LOCK = "migrations"
+TUNE_LOCK = "tune"
+LETTA_PROVISION_LOCK = "letta:provision"
+
+
+def agent_lock(role: str) -> str:
+    """One call at a time to one agent (Letta loses in-context messages on concurrent calls)."""
+    return f"agent:{role}"
+
+
+def block_lock(label: str) -> str:
+    """One read-modify-write at a time of one core block kept on a server without compare-and-set."""
+    return f"block:{label}"
