@@ -6,25 +6,26 @@ Start with `mas beat` (which runs `celery -A beat_schedule:app beat`). Every job
 
 from celery.schedules import crontab
 
+from mas import names
 from mas.celery_app import app
 
 SCHEDULE = {
     # The seed's maintenance v3 cron: buffers that grow unbounded degrade instruction-following, so
     # every 5 minutes each agent's buffer is summarized at 300 messages and reset at 500 / 600.
-    "maintain-message-buffers": {"task": "tasks.maintenance.maintain_buffers", "schedule": crontab(minute="*/5")},
+    "maintain-message-buffers": {"task": names.MAINTAIN_BUFFERS, "schedule": crontab(minute="*/5")},
     # Sleeptime consolidation also runs every N finished videos; this hourly run catches quiet periods
     # so LAST_ACTIVITY and LAST_SESSION_SUMMARY never go stale.
-    "sleeptime-consolidation": {"task": "tasks.pipeline.consolidate", "schedule": crontab(minute=0)},
+    "sleeptime-consolidation": {"task": names.CONSOLIDATE, "schedule": crontab(minute=0)},
     # Lost messages (a wiped broker, a worker killed mid-task) are re-sent from Postgres; videos with no
     # progress for MAS_STUCK_AFTER_SECONDS are skipped and recorded, and the batch goes on.
-    "reconcile-and-unstick": {"task": "tasks.maintenance.reconcile", "schedule": 60.0},
+    "reconcile-and-unstick": {"task": names.RECONCILE, "schedule": 60.0},
     # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.
-    "run-scheduled-batches": {"task": "tasks.maintenance.run_schedules", "schedule": 30.0},
+    "run-scheduled-batches": {"task": names.RUN_SCHEDULES, "schedule": 30.0},
     # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);
     # with too few new pairs it says so and trains nothing.
-    "nightly-dpo-retraining": {"task": "gpu.tasks.tune", "schedule": crontab(hour=3, minute=15)},
+    "nightly-dpo-retraining": {"task": names.TUNE, "schedule": crontab(hour=3, minute=15)},
     # Partial renders of killed workers are removed; task results expire by themselves (result_expires).
-    "cleanup-partial-files": {"task": "tasks.maintenance.cleanup", "schedule": crontab(minute=30)},
+    "cleanup-partial-files": {"task": names.CLEANUP, "schedule": crontab(minute=30)},
 }
 
 app.conf.beat_schedule = SCHEDULE

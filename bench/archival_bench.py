@@ -17,10 +17,7 @@ import argparse
 import os
 import platform
 import re
-import shlex
 import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,8 +30,7 @@ from pgvector.psycopg import register_vector
 from psycopg.types.json import Jsonb
 from sqlalchemy.ext.compiler import compiles
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, command_line, machine, new_data_dir
 
 from mas import db, services  # noqa: E402
 from mas.config import Settings  # noqa: E402
@@ -341,18 +337,6 @@ def real_run(engine, memory, n, *, rng, out):
 # --- main -----------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    import torch
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{os.cpu_count()} CPU cores ({cpu}), {mem:.0f} GiB RAM, {gpu}, {platform.system()} {platform.release()}"
 
 
 def versions(engine: sa.Engine) -> str:
@@ -386,9 +370,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    command = "python " + " ".join(shlex.quote(a) for a in ([os.path.relpath(__file__, ROOT)] + sys.argv[1:]))
-    data_dir = Path(tempfile.mkdtemp(prefix="mas-archival-bench-"))
-    os.chmod(data_dir, 0o755)  # as root, pgserver runs PostgreSQL as another user that must enter it
+    command = command_line(__file__)
+    data_dir = new_data_dir("mas-archival-bench-")
     settings = Settings(data_dir=data_dir, database_url=args.database_url)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()

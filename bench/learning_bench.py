@@ -27,12 +27,10 @@ import math
 import os
 import platform
 import random
-import shlex
 import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -41,8 +39,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, command_line, machine, new_data_dir
 
 from gpu.tuner import PROMPT_TEMPLATE, PreferenceModel, TunerConfig, promoted_adapter, tune  # noqa: E402
 from mas import db, services  # noqa: E402
@@ -202,8 +199,7 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "# Learning benchmark: predicting a user's A/B choices\n",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- command: `{command}`",
-        f"- machine: {os.cpu_count()} CPU cores, no GPU used (peft + trl path), "
-        f"{platform.system()} {platform.release()}",
+        f"- machine: {machine()}; no GPU used (peft + trl path)",
         "- load average (1/5/15 min) at the end: {:.2f} / {:.2f} / {:.2f}; tune times include it".format(
             *os.getloadavg()),
         f"- software: Python {platform.python_version()}, torch {version('torch')}, transformers "
@@ -288,9 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its PostgreSQL
-    command = "python " + " ".join(shlex.quote(a) for a in ([os.path.relpath(__file__, ROOT)] + sys.argv[1:]))
-    data_dir = Path(tempfile.mkdtemp(prefix="mas-learning-bench-"))
-    os.chmod(data_dir, 0o755)  # as root, pgserver runs PostgreSQL as another user that must enter it
+    command = command_line(__file__)
+    data_dir = new_data_dir("mas-learning-bench-")
     texts = [PROMPT_TEMPLATE.format(concept=c) for c in TRAIN_CONCEPTS + TEST_CONCEPTS]
     texts += [prompt_of("", (a, c, m)) for a in AB_APPROACHES for c in COLOURS for m in MOODS]
     base = build_tiny_lm(data_dir / "tiny-llama", texts=texts)

@@ -40,13 +40,10 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import os
-import platform
 import re
-import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -56,7 +53,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import TYPE_CHECKING
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT, command_line, machine, new_data_dir
 
 if TYPE_CHECKING:
     from tests.studio import CeleryWorker
@@ -710,22 +707,6 @@ def profile_write_prompt(settings, calls: int) -> dict:
 # --- report ---------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    try:
-        import torch
-
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    except ImportError:
-        gpu = "torch not installed"
-    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {gpu}; {platform.system()} "
-            f"{platform.release()}; Python {platform.python_version()}")
 
 
 def versions() -> str:
@@ -914,9 +895,8 @@ def write_report(path: Path, body: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.load_at_start = os.getloadavg()
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:])
-    data_dir = Path(tempfile.mkdtemp(prefix="mas-pipe-"))
-    os.chmod(data_dir, 0o755)  # as root, pgserver runs PostgreSQL as another user that must enter it
+    command = command_line(__file__)
+    data_dir = new_data_dir("mas-pipe-")
     log_dir = data_dir / "logs"
     log_dir.mkdir()
     mas_env = prepare_environment(args, data_dir)

@@ -15,20 +15,15 @@ from kombu import Exchange, Queue
 from kombu.transport.redis import PRIORITY_STEPS
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from mas import services
+from mas import names
+from mas.clients import redis_client
 from mas.config import Settings
+from mas.names import CPU_QUEUE, GPU_QUEUE, GRADE_QUEUE
 from mas.queue_order import StickyCycle
 
 log = logging.getLogger(__name__)
 
-GPU_STATS_KEY = "mas:gpu:residency"  # the gpu worker's model residency counters, as JSON
 CPU_TASK_TIME_LIMIT = 600  # seconds; an agent step that runs longer is killed and retried
-CPU_QUEUE = "cpu"
-GPU_QUEUE = "gpu"  # renders (and the other gpu tasks)
-GRADE_QUEUE = "gpu-grade"  # gradings, consumed by the gpu worker too, grouped apart from renders
-WORKER_QUEUES = {"cpu": (CPU_QUEUE,), "gpu": (GPU_QUEUE, GRADE_QUEUE)}
-"""What `mas worker --queue KIND` consumes."""
-TASK_PACKAGES = ["tasks.health", "tasks.pipeline", "tasks.maintenance", "tasks.warmup", "gpu.health", "gpu.tasks"]
 
 
 def queue_keys(app: Celery, queue: str) -> list[str]:
@@ -60,8 +55,8 @@ class StudioTask(Task):
         if self.request.called_directly or self.request.id is None:
             return self.run(*args, **kwargs)
         cap = self.max_deliveries or self.app.settings.max_deliveries
-        key = f"mas:deliveries:{self.request.id}:{self.request.retries}"
-        client = services.redis_client(self.app.settings)
+        key = names.deliveries_key(self.request.id, self.request.retries)
+        client = redis_client(self.app.settings)
         count = client.incr(key)
         client.expire(key, 86_400)
         if count > cap:
@@ -98,7 +93,7 @@ def celery_config(settings: Settings) -> dict:
         broker_transport_options=broker_transport,
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
-        include=TASK_PACKAGES,
+        include=list(names.TASK_PACKAGES),
         task_queues=(
             Queue(CPU_QUEUE, Exchange(CPU_QUEUE, type="direct"), routing_key=CPU_QUEUE),
             Queue(GPU_QUEUE, Exchange(GPU_QUEUE, type="direct"), routing_key=GPU_QUEUE),
@@ -111,8 +106,8 @@ def celery_config(settings: Settings) -> dict:
         # queue's Redis list: no exchange binding is consulted, and a broker that lost its data (bindings
         # included) still routes every message from long-running workers.
         task_routes={
-            "gpu.tasks.evaluate_video": {"queue": grade_queue},
-            "gpu.tasks.regrade": {"queue": grade_queue},
+            names.EVALUATE_VIDEO: {"queue": grade_queue},
+            names.REGRADE: {"queue": grade_queue},
             "gpu.*": {"queue": GPU_QUEUE},
             "tasks.*": {"queue": CPU_QUEUE},
         },

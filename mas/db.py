@@ -7,7 +7,6 @@ PostgreSQL advisory lock so several workers starting at once migrate exactly onc
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
@@ -16,11 +15,10 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.orm import Session, sessionmaker
 
-from mas import services
+from mas import locks, names, services
 from mas.config import Settings
 from mas.errors import PeerUnavailable
-
-_MIGRATION_LOCK = 7_241_001  # advisory lock key for migrations
+from mas.singletons import per_process
 
 
 class DatabaseUnavailable(PeerUnavailable):
@@ -35,13 +33,17 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
     return cfg
 
 
-@lru_cache(maxsize=8)
+@per_process(key=lambda url: url)
 def _engine(url: str) -> sa.Engine:
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, connect_args={"connect_timeout": 5})
+    # LIFO: one process doing one thing at a time keeps reusing one warm connection (its prepared
+    # statements and plans included) instead of rotating through the pool.
+    return sa.create_engine(
+        url, pool_pre_ping=True, pool_size=5, max_overflow=5, pool_use_lifo=True, connect_args={"connect_timeout": 5}
+    )
 
 
 def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
-    """The engine for this settings' database (embedded server started if `start`)."""
+    """The engine for this settings' database (embedded server started if `start`), one per process."""
     return _engine(services.database_url(settings, start=start))
 
 
@@ -59,27 +61,25 @@ def check_connection(eng: sa.Engine) -> None:
 def migrate(eng: sa.Engine, revision: str = "head") -> None:
     """Bring the schema to `revision` (default: newest), once, whoever else is starting."""
     with eng.begin() as conn:
-        conn.execute(sa.text("select pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+        locks.acquire(conn, names.MIGRATION_LOCK)
         command.upgrade(alembic_config(conn), revision)
 
 
 def downgrade(eng: sa.Engine, revision: str = "base") -> None:
     with eng.begin() as conn:
-        conn.execute(sa.text("select pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+        locks.acquire(conn, names.MIGRATION_LOCK)
         command.downgrade(alembic_config(conn), revision)
-
-
-_ready: set[str] = set()
 
 
 def ready_engine(settings: Settings) -> sa.Engine:
     """An engine whose schema is current: reachable, migrated (once per process)."""
-    eng = engine(settings)
-    key = str(eng.url)
-    if key not in _ready:
-        check_connection(eng)
-        migrate(eng)
-        _ready.add(key)
+    return _migrated(engine(settings))
+
+
+@per_process(key=lambda eng: str(eng.url))
+def _migrated(eng: sa.Engine) -> sa.Engine:
+    check_connection(eng)
+    migrate(eng)
     return eng
 
 

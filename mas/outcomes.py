@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from mas import states
+from mas import names, states
 from mas.celery_app import app
 from mas.db import session_scope
 from mas.memory import blocks
@@ -27,7 +27,6 @@ S = VideoState
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
 KEEP_FAILED = 10  # FAILED_RETRIES entries carry reasons, so fewer fit in the block
 PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL/COMPLETE count them all
-CONSOLIDATE_TASK = "tasks.pipeline.consolidate"
 
 
 def pending_videos(session, batch_id: int) -> list[int]:
@@ -50,7 +49,7 @@ def fail_on_delivery_cap(task, args, kwargs, *, deliveries: int) -> None:
         if states.fail(session, video_id, f"{task.name} lost its worker {deliveries} times"):
             due = finish_video(settings, session, video_id)
     if due:
-        app.send_task(CONSOLIDATE_TASK)
+        app.send_task(names.CONSOLIDATE)
 
 
 
@@ -74,7 +73,7 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
         if states.fail(session, video_id, reason):
             due = finish_video(settings, session, video_id)
     if due:
-        app.send_task(CONSOLIDATE_TASK)
+        app.send_task(names.CONSOLIDATE)
 
 
 def finish_video(settings, session, video_id: int) -> bool:

@@ -1,15 +1,16 @@
 """Health checks of the cpu queue: which worker answered, and a join for fan-in checks."""
 
+from mas import names
 from mas.celery_app import app
 
 
-@app.task(name="tasks.health.ping", bind=True)
+@app.task(name=names.PING, bind=True)
 def ping(self, tag: str = "") -> dict:
     """Answer with the host and queue that ran this task."""
-    return {"queue": "cpu", "worker": self.request.hostname, "tag": tag}
+    return {"queue": names.CPU_QUEUE, "worker": self.request.hostname, "tag": tag}
 
 
-@app.task(name="tasks.health.collect")
+@app.task(name=names.COLLECT)
 def collect(results: list[dict]) -> dict:
     """Join the answers of a fan-out (the body of a chord)."""
     return {"queues": sorted(r["queue"] for r in results), "count": len(results)}

@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from celery import chain
 from celery.exceptions import Ignore
 
-from mas import agents, states
-from mas.agents.letta import RETRYABLE as AGENT_RETRYABLE
+from mas import agents, names, states
 from mas.agents.roles import WriterBrief
 from mas.celery_app import app
 from mas.db import session_scope
+from mas.errors import RetryableError
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
 from mas.models import (
@@ -37,9 +37,9 @@ from mas.outcomes import KEEP, PENDING_SHOWN, fail_on_delivery_cap, fail_on_erro
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
-# A Letta reply that can't be parsed, or a Letta server that is briefly away, is retried with backoff.
+# A transient failure (an agent reply that can't be parsed yet, a server briefly away) is retried with backoff.
 AGENT_RETRY = dict(
-    autoretry_for=(*app.Task.autoretry_for, *AGENT_RETRYABLE), retry_backoff=2, retry_backoff_max=60,
+    autoretry_for=(*app.Task.autoretry_for, RetryableError), retry_backoff=2, retry_backoff_max=60,
     retry_jitter=True, max_retries=5,
 )
 S = VideoState
@@ -58,9 +58,9 @@ def video_chain(video_id: int, attempt: int, *, start: str = "write"):
     else:
         payload = {"video_id": video_id, "attempt": attempt}
     order = ["generate", "evaluate", "review"]
-    names = {"generate": "gpu.tasks.generate_video", "evaluate": "gpu.tasks.evaluate_video", "review": "tasks.pipeline.review"}
+    task_of = {"generate": names.GENERATE_VIDEO, "evaluate": names.EVALUATE_VIDEO, "review": names.REVIEW}
     for step in order[(order.index(start) if start != "write" else 0):]:
-        sig = app.signature(names[step])
+        sig = app.signature(task_of[step])
         steps.append(sig.clone(args=(payload,)) if payload is not None and not steps else sig)
     return chain(*steps)
 
@@ -68,7 +68,7 @@ def video_chain(video_id: int, attempt: int, *, start: str = "write"):
 # --- plan -----------------------------------------------------------------------------------------
 
 
-@app.task(name="tasks.pipeline.plan_batch", bind=True, **AGENT_RETRY)
+@app.task(name=names.PLAN_BATCH, bind=True, **AGENT_RETRY)
 def plan_batch(self, batch_id: int) -> dict:
     """Director: turn a stored request into videos, fill the production blocks, start every video."""
     settings = self.app.settings
@@ -167,7 +167,7 @@ def _brief(settings, session, video: Video, attempt: int) -> WriterBrief:
 
 
 @app.task(
-    name="tasks.pipeline.write_prompt", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
+    name=names.WRITE_PROMPT, bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
     **AGENT_RETRY,
 )
 def write_prompt(self, video_id: int, attempt: int) -> dict:
@@ -204,7 +204,7 @@ def write_prompt(self, video_id: int, attempt: int) -> dict:
 
 
 @app.task(
-    name="tasks.pipeline.review", bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
+    name=names.REVIEW, bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
     **AGENT_RETRY,
 )
 def review(self, payload: dict) -> dict:
@@ -283,7 +283,7 @@ def _archive_attempt(settings, row: Attempt, *, concept: str, verdict) -> None:
 # --- sleeptime ------------------------------------------------------------------------------------
 
 
-@app.task(name="tasks.pipeline.consolidate", bind=True, **AGENT_RETRY)
+@app.task(name=names.CONSOLIDATE, bind=True, **AGENT_RETRY)
 def consolidate(self) -> dict:
     """Sleeptime: from a clear buffer, summarize recent work into session_state and archival learnings."""
     settings = self.app.settings
@@ -322,7 +322,7 @@ def _learning(text: str):
 # --- resume ---------------------------------------------------------------------------------------
 
 
-@app.task(name="tasks.pipeline.resume_batch", bind=True)
+@app.task(name=names.RESUME_BATCH, bind=True)
 def resume_batch(self, batch_id: int) -> dict:
     """Re-send the work of every unfinished video of a batch from the step its state says is next."""
     settings = self.app.settings

@@ -17,13 +17,13 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from mas import services, states
+from mas import names, states
 from mas.celery_app import app, queue_keys
+from mas.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import Batch, BatchStatus, Video
 from mas.outcomes import finish_video
-from mas.production import PLAN_TASK
 from tasks.pipeline import next_step, video_chain
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class Live:
         if not args:
             return
         first = args[0]
-        if name in (PLAN_TASK, "tasks.pipeline.resume_batch"):
+        if name in (names.PLAN_BATCH, names.RESUME_BATCH):
             self.batches.add(int(first))
             return
         video_id = first.get("video_id") if isinstance(first, dict) else first
@@ -54,7 +54,7 @@ class Live:
 def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
     """Videos and batches that a queued message or a task on a worker (running or reserved) carries."""
     live = Live()
-    client = services.redis_client(settings)
+    client = redis_client(settings)
     for queue in app.conf.task_queues:
         for key in queue_keys(app, queue.name):
             for raw in client.lrange(key, 0, -1):
@@ -117,7 +117,7 @@ def reconcile(settings: Settings, *, older_than: float, stuck_after: float | Non
             if states.fail(session, video_id, f"stuck: no progress for over {int(stuck_after)} s"):
                 finish_video(settings, session, video_id)
     for batch_id in replanned:
-        app.send_task(PLAN_TASK, args=[batch_id])
+        app.send_task(names.PLAN_BATCH, args=[batch_id])
     for video_id, start, attempt in resend:
         video_chain(video_id, attempt, start=start).apply_async()
     if replanned or resend or skipped:

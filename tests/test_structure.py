@@ -1,0 +1,100 @@
+"""The shape of the code: no import cycles (imports inside functions count), layers import downward only,
+and every module small enough to read in one sitting."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("mas", "tasks", "gpu")
+MAX_LINES = 400
+LONG_MODULES: dict[str, str] = {
+    # module -> why it must stay one piece (see ARCHITECTURE.md)
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {"beat_schedule": ROOT / "beat_schedule.py"}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """Project modules `path` imports anywhere (module level or inside functions)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                targets.add(submodule if submodule in modules else base)
+    return {t for t in targets if t in modules and t != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, name, modules) for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_graph_sees_imports_inside_functions():
+    graph = {"a": {"b"}, "b": {"a"}}
+    assert _cycle(graph) == ["a", "b", "a"]
+    assert "mas.celery_app" in _graph()["mas"]  # imported inside `mas.__getattr__`
+
+
+def test_no_import_cycles():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_core_never_imports_tasks_or_gpu():
+    wrong = {
+        f"{name} imports {target}"
+        for name, targets in _graph().items()
+        if name == "mas" or name.startswith("mas.")
+        for target in targets
+        if target.split(".")[0] in ("tasks", "gpu", "beat_schedule")
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_modules_stay_small():
+    long = {
+        name: n
+        for name, path in _modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES and name not in LONG_MODULES
+    }
+    assert not long, f"modules over {MAX_LINES} lines (split them, or say why in LONG_MODULES): {long}"
