@@ -17,7 +17,6 @@ import argparse
 import os
 import platform
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,9 +29,9 @@ from pgvector.psycopg import register_vector
 from psycopg.types.json import Jsonb
 from sqlalchemy.ext.compiler import compiles
 
-from harness import ROOT, command_line, machine, new_data_dir
+from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 
-from mas import db, services  # noqa: E402
+from mas import db  # noqa: E402
 from mas.config import Settings  # noqa: E402
 from mas.memory.archival import (  # noqa: E402
     TAG_VOCABULARY,
@@ -408,9 +407,7 @@ def main(argv: list[str] | None = None) -> None:
         args.output.write_text("\n".join(out) + "\n")
         print(f"\nwrote {args.output}")
     finally:
-        if not args.database_url:
-            services.stop_postgres(settings)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(settings, data_dir)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import shlex
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -50,3 +51,13 @@ def new_data_dir(prefix: str) -> Path:
     data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(data_dir, 0o755)
     return data_dir
+
+
+def remove_data_dir(settings, data_dir: Path) -> None:
+    """Stop the embedded PostgreSQL a run started in `data_dir` (none when a server URL was given), then
+    delete the folder."""
+    from mas import services
+
+    if settings.embedded_database:
+        services.stop_postgres(settings)
+    shutil.rmtree(data_dir, ignore_errors=True)

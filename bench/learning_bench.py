@@ -27,7 +27,6 @@ import math
 import os
 import platform
 import random
-import shutil
 import signal
 import statistics
 import sys
@@ -39,15 +38,16 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from harness import ROOT, command_line, machine, new_data_dir
+from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 
-from gpu.tuner import PROMPT_TEMPLATE, PreferenceModel, TunerConfig, promoted_adapter, tune  # noqa: E402
-from mas import db, services  # noqa: E402
+from gpu.preference_model import PROMPT_TEMPLATE, PreferenceModel, promoted_adapter  # noqa: E402
+from gpu.tuner import tune  # noqa: E402
+from mas import db  # noqa: E402
 from mas.agents.offline import AB_APPROACHES  # noqa: E402
 from mas.config import Settings  # noqa: E402
 from mas.db import session_scope  # noqa: E402
 from mas.models import ABSelection, ABTest  # noqa: E402
-from tests.test_tuner import build_tiny_lm  # noqa: E402
+from tests.test_tuner import TINY, build_tiny_lm  # noqa: E402
 
 COLOURS = ("purple", "teal", "orange", "gold", "crimson", "silver", "emerald", "amber")
 MOODS = ("moody", "serene", "cheerful", "gritty", "dreamy", "epic", "melancholic", "whimsical")
@@ -58,10 +58,7 @@ TRAIN_CONCEPTS = tuple(f"a {c}" for c in (
 TEST_CONCEPTS = tuple(f"a {c}" for c in (
     "hydra", "centaur", "basilisk", "volcano", "mountain monastery", "storm at sea", "floating island", "robot",
 ))
-CONFIG = TunerConfig(
-    learning_rate=5e-3, epochs=8, batch_size=8, max_length=64, lora_r=8, lora_alpha=16, lora_dropout=0.0,
-    gradient_checkpointing=False, heldout_every=4,
-)
+CONFIG = TINY
 """The tests' settings for the tiny model: a real base model wants the defaults (learning rate 5e-5, ...)."""
 
 
@@ -298,9 +295,7 @@ def main(argv: list[str] | None = None) -> None:
         args.output.write_text(report(rows, args, command=command, seconds=time.perf_counter() - started))
         print(f"\nwrote {args.output}")
     finally:
-        if not args.database_url:
-            services.stop_postgres(settings)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(settings, data_dir)
 
 
 if __name__ == "__main__":

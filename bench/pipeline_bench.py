@@ -368,7 +368,8 @@ class PlanResult:
 def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: str, timeout: float) -> PlanResult:
     import sqlalchemy as sa
 
-    from mas import db, services
+    from mas import db
+    from mas.clients import redis_client
     from mas.models import Batch, MemoryBlock, MemoryBlockChange, Video, VideoState
     from mas.production import submit
     from mas.requests import parse_request
@@ -409,7 +410,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
                 if sent:
                     result.db_phase_s = sent[0]["timestamp"] - started["timestamp"]
                     result.dispatch_s = sent[-1]["timestamp"] - sent[0]["timestamp"]
-        client = services.redis_client(settings)
+        client = redis_client(settings)
         result.in_queue_after_stop = client.llen("cpu")
         result.gpu_queue = client.llen("gpu")
         with db.session_scope(settings) as session:
@@ -432,10 +433,10 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
 
 
 def purge_queues(settings, app) -> int:
-    from mas import services
+    from mas.clients import redis_client
 
     purged = app.control.purge()
-    client = services.redis_client(settings)
+    client = redis_client(settings)
     client.delete("unacked", "unacked_index")
     return purged
 

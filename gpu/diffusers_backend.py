@@ -19,16 +19,17 @@ import imageio_ffmpeg
 import numpy as np
 import torch
 
-from gpu.backends import Progress
+from gpu.interfaces import Progress
 from gpu.residency import Residency
 from mas.config import Settings
+from mas.errors import PermanentError
 
 NAME = "diffusers"
 PIPELINES = {"ltx2": "LTX2Pipeline", "ltx": "LTXPipeline"}
 """MAS_DIFFUSERS_PIPELINE -> the diffusers pipeline class that loads the model folder."""
 
 
-class ModelPathError(FileNotFoundError):
+class ModelPathError(PermanentError, FileNotFoundError):
     """MAS_DIFFUSERS_MODEL_PATH is unset or does not name a diffusers pipeline folder."""
 
 

@@ -3,10 +3,11 @@
 import importlib.util
 import time
 
-from mas.celery_app import GPU_QUEUE, app
+from mas import names
+from mas.celery_app import app
 
 
-@app.task(name="gpu.health.ping", bind=True)
+@app.task(name=names.GPU_PING, bind=True)
 def ping(self, tag: str = "") -> dict:
     """Answer with host, queue, device and the time of answering; reads torch's view of CUDA only if installed."""
     device = "cpu (torch not installed)"
@@ -14,5 +15,5 @@ def ping(self, tag: str = "") -> dict:
         import torch
 
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    queue = (self.request.delivery_info or {}).get("routing_key") or GPU_QUEUE
+    queue = (self.request.delivery_info or {}).get("routing_key") or names.GPU_QUEUE
     return {"queue": queue, "worker": self.request.hostname, "device": device, "tag": tag, "answered_at": time.time()}

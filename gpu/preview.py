@@ -4,8 +4,9 @@ The renderer writes a real short H.264 mp4 of animated colour cards in the promp
 to the prompt the way a weak video model responds to a vague one: without "sharp focus" the frames are
 noisy, without "steady camera" the motion jitters, without "dominant colours" the palette is washed out.
 The grader measures those three properties on the decoded frames (noise, frame-to-frame change, distance
-to the requested palette) and maps their mean to a grade. Neither is a video model or a quality model;
-they exist so the whole pipeline, refinement loop included, runs on a machine with no GPU.
+to the requested palette) and grades their mean by `mas.grading`'s table, as DQA does. Neither is a video
+model or a quality model; they exist so the whole pipeline, refinement loop included, runs on a machine
+with no GPU.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from pathlib import Path
 import imageio_ffmpeg
 import numpy as np
 
+from gpu.interfaces import Progress
+from mas.grading import to_grade
 from mas.palette import palette_of
+from mas.video import decode_video
 
 NAME = "preview"
-GRADE_CUTOFFS = (("A", 0.85), ("B", 0.70), ("C", 0.55), ("D", 0.40))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +37,7 @@ class PreviewRenderer:
     seconds: float = 0.0  # simulated render time, spread over the frames (a fixed-duration generator)
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, progress=None
+        self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, progress: Progress | None = None
     ) -> Path:
         """Render `prompt` to `output` (written to a temporary name, then renamed: never half a file)."""
         rng = np.random.default_rng(seed)
@@ -70,23 +73,14 @@ class PreviewRenderer:
         return output
 
 
-def read_frames(path: Path) -> np.ndarray:
-    """Decode an mp4 into an array of RGB frames (frames, height, width, 3)."""
-    reader = imageio_ffmpeg.read_frames(str(path))
-    meta = reader.__next__()
-    w, h = meta["size"]
-    frames = [np.frombuffer(buf, dtype=np.uint8).reshape(h, w, 3) for buf in reader]
-    if not frames:
-        raise ValueError(f"{path} holds no frames")
-    return np.stack(frames)
-
-
 @dataclass(frozen=True, kw_only=True)
 class PreviewGrader:
     """Scores sharpness, smoothness and palette adherence of a video in [0, 1] and grades their mean."""
 
+    name: str = NAME
+
     def __call__(self, *, video: Path, prompt: str, concept: str = "") -> tuple[dict[str, float], str]:
-        frames = read_frames(video).astype(np.float32)
+        frames = decode_video(video).astype(np.float32)
         # noise: mean absolute difference between horizontally adjacent pixels inside colour bands
         detail = np.abs(np.diff(frames, axis=1)).mean()
         sharpness = float(np.clip(1 - (detail - 2) / 30, 0, 1))
@@ -107,9 +101,3 @@ class PreviewGrader:
         scores["total"] = round(total, 4)
         return scores, to_grade(total)
 
-
-def to_grade(score: float) -> str:
-    for grade, cutoff in GRADE_CUTOFFS:
-        if score >= cutoff:
-            return grade
-    return "F"

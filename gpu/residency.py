@@ -9,7 +9,9 @@ be measured.
 
 Models load in the process that uses them, on first need: the Celery GPU worker forks its pool child
 before any task runs, and CUDA initialised in a parent does not survive a fork. The manager is not
-thread-safe; it does not need to be, because the gpu queue runs with concurrency 1.
+thread-safe; it does not need to be, because the gpu queue runs with concurrency 1. It knows no backend:
+whoever builds it (`gpu.factory`) passes what must happen before a load, such as asking a ComfyUI server
+sharing the GPU to free its memory.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from torch import nn
 
 from mas.config import Settings
+from mas.errors import PermanentError
 
 GIB = 2**30
 HOST_HEADROOM_BYTES = 4 * GIB
@@ -40,7 +43,7 @@ class Placeable(Protocol):
 M = TypeVar("M", bound=Placeable)
 
 
-class ModelTooLarge(RuntimeError):
+class ModelTooLarge(PermanentError):
     """A model that cannot fit in the VRAM budget even with every other model evicted."""
 
     def __init__(self, *, key: str, size_bytes: int, budget_bytes: int) -> None:
@@ -205,9 +208,6 @@ class Residency:
             entry.model.to(device)
 
 
-_RESIDENCY: Residency | None = None
-
-
 def worker_device() -> torch.device:
     """The GPU worker's device: the first CUDA device when there is one, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -220,30 +220,3 @@ def budget_of(settings: Settings, device: torch.device) -> int | None:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return None
-
-
-def residency(settings: Settings) -> Residency:
-    """The process-wide manager, created on first use.
-
-    One instance per process, because the GPU worker's pool child runs every gpu task in turn (concurrency
-    1) and a backend object is built per task: the models must outlive the task that loaded them. It is
-    created lazily, in the child, so no CUDA state exists before the fork. The first caller's settings fix
-    its device and budget; a worker's settings do not change while it runs.
-    """
-    global _RESIDENCY
-    if _RESIDENCY is None:
-        device = worker_device()
-        _RESIDENCY = Residency(
-            budget_bytes=budget_of(settings, device), device=device, on_before_load=_comfyui_free(settings)
-        )
-    return _RESIDENCY
-
-
-def _comfyui_free(settings: Settings):
-    """When ComfyUI renders on this GPU, ask it to give memory back before a local model loads."""
-    if settings.video_backend != "comfyui":
-        return None
-    from gpu.comfyui import ComfyUIClient
-
-    client = ComfyUIClient(url=settings.comfyui_url, retries=settings.comfyui_retries)
-    return lambda key: client.free(unload_models=True, free_memory=True)

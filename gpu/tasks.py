@@ -15,40 +15,36 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import imageio_ffmpeg
 import sqlalchemy as sa
 from celery.exceptions import Ignore, Reject
 from celery.signals import task_postrun
 
-from gpu.backends import video_backend
-from mas import services, states
-from mas.celery_app import GPU_STATS_KEY, app
+from gpu.factory import grader, residency, video_backend
+from mas import names, states
+from mas.celery_app import app
+from mas.clients import redis_client
 from mas.db import session_scope
+from mas.errors import PermanentError, RetryableError
 from mas.models import Attempt, Video, VideoState
-from mas.grading import ModelMissing, VideoUnreadable
 from mas.outcomes import fail_on_delivery_cap, fail_on_error
+from mas.video import VideoUnreadable, check_video
 
 S = VideoState
 log = logging.getLogger(__name__)
 
 
-@app.task(name="gpu.tasks.regrade", bind=True)
+@app.task(name=names.REGRADE, bind=True)
 def regrade(self, video_id: int) -> dict:
     """`mas grade VIDEO`: grade a video again with DQA, per axis, on the GPU worker (writes nothing)."""
-    from dataclasses import asdict
-
     from gpu.dqa import regrade as dqa_regrade
-    from gpu.residency import residency
 
     settings = self.app.settings
     return asdict(dqa_regrade(settings, video_id, residency=residency(settings)))
 
 
-@app.task(name="gpu.tasks.tune", bind=True)
+@app.task(name=names.TUNE, bind=True)
 def tune(self, dry_run: bool = False) -> dict:
     """The Tuner: DPO on the user's A/B choices (nightly from beat, or `mas tune`), on the GPU worker."""
-    from dataclasses import asdict
-
     from gpu.tuner import tune as run_tuner
 
     report = run_tuner(self.app.settings, dry_run=dry_run)
@@ -60,23 +56,9 @@ def tune(self, dry_run: bool = False) -> dict:
 def publish_residency(sender=None, **_) -> None:
     """After each gpu task, publish model loads / evictions / swaps for `mas status` and Flower users."""
     if sender is None or not sender.name.startswith("gpu.") or "gpu.residency" not in sys.modules:
-        return
-    from gpu.residency import residency
-
+        return  # no task of this process has used a model yet
     stats = residency(sender.app.settings).stats()
-    services.redis_client(sender.app.settings).set(GPU_STATS_KEY, json.dumps(asdict(stats), default=str))
-
-
-def grader(settings):
-    """The grader named by MAS_GRADER: the offline preview stand-in, or DQA."""
-    if settings.grader == "dqa":
-        from gpu.dqa import DQAGrader
-        from gpu.residency import residency
-
-        return DQAGrader(settings=settings, residency=residency(settings))
-    from gpu.preview import PreviewGrader
-
-    return PreviewGrader()
+    redis_client(sender.app.settings).set(names.GPU_STATS_KEY, json.dumps(asdict(stats), default=str))
 
 
 def output_path(settings, video: Video, attempt: int) -> Path:
@@ -89,33 +71,23 @@ STEP_OPTIONS = dict(
     on_delivery_cap=fail_on_delivery_cap,
     on_failure=fail_on_error,
     # a generator or grader that fails, hangs (soft time limit) or answers garbage is retried a few
-    # times, then the video is skipped with the reason; Ignore means a duplicate delivery, not an error
+    # times, then the video is skipped with the reason; a PermanentError (a missing model, a refused
+    # workflow, invalid settings) would fail the same way again, so it skips the video at once; Ignore
+    # means a duplicate delivery, not an error
     autoretry_for=(Exception,),
-    dont_autoretry_for=(Ignore, Reject, ModelMissing),
+    dont_autoretry_for=(Ignore, Reject, PermanentError),
     max_retries=app.settings.step_retries,
     time_limit=app.settings.max_render_seconds,
     soft_time_limit=int(app.settings.max_render_seconds * 0.97),
 )
 
 
-class UnusableVideo(RuntimeError):
-    """The generator's output is not a playable video."""
+class RenderUnplayable(RetryableError):
+    """The backend finished but its file does not play. The file is beyond repair (`VideoUnreadable`), the
+    render is not: like any failed render it is tried again, and a new render may write a good file."""
 
 
-def check_video(path: Path) -> None:
-    """Read the first frame back, so a garbage file fails its render, not the grading after it."""
-    try:
-        reader = imageio_ffmpeg.read_frames(str(path))
-        meta = next(reader)
-        first = next(reader, None)
-        reader.close()
-    except (RuntimeError, OSError, StopIteration) as exc:
-        raise UnusableVideo(f"{path.name} does not decode: {exc}") from exc
-    if first is None or not meta.get("size"):
-        raise UnusableVideo(f"{path.name} holds no frames")
-
-
-@app.task(name="gpu.tasks.generate_video", **STEP_OPTIONS)
+@app.task(name=names.GENERATE_VIDEO, **STEP_OPTIONS)
 def generate_video(self, payload: dict) -> dict:
     """Render the attempt's prompt to an mp4."""
     settings = self.app.settings
@@ -144,7 +116,10 @@ def generate_video(self, payload: dict) -> dict:
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
-    check_video(path)
+    try:
+        check_video(path)  # read the first frame back, so a garbage file fails its render, not the grading
+    except VideoUnreadable as exc:
+        raise RenderUnplayable(f"the {settings.video_backend} backend wrote a file that does not play: {exc}") from exc
     seconds = time.monotonic() - started
     with session_scope(settings) as session:
         moved = states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt)
@@ -156,7 +131,7 @@ def generate_video(self, payload: dict) -> dict:
     return payload
 
 
-@app.task(name="gpu.tasks.evaluate_video", **STEP_OPTIONS)
+@app.task(name=names.EVALUATE_VIDEO, **STEP_OPTIONS)
 def evaluate_video(self, payload: dict) -> dict:
     """Grade the rendered attempt and store its per-axis scores."""
     settings = self.app.settings

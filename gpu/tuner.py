@@ -10,9 +10,10 @@ is the `preference` axis of DQA.
 
 Each trained adapter gets the next version in `trained_adapters`. It is promoted only if it predicts
 held-out choices at least as well as the currently promoted adapter does on the same choices (the first
-one: at least as well as a coin flip). Held-out
-choices are every HELDOUT_EVERY-th selection in id order: a selection is held out once and for all, so no
-version ever trains on the choices it is judged by, and two versions are always judged on the same ones.
+one: at least as well as a coin flip). Held-out choices are every HELDOUT_EVERY-th selection in id order:
+a selection is held out once and for all, so no version ever trains on the choices it is judged by, and
+two versions are always judged on the same ones. The model itself, which grading shares, is in
+`gpu.preference_model`.
 """
 
 from __future__ import annotations
@@ -25,33 +26,27 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 import torch
-from torch import nn
 
+from gpu.preference_model import (
+    METADATA_FILE,
+    PROMPT_TEMPLATE,
+    PreferenceModel,
+    PreferencePair,
+    PromotedAdapter,
+    preference_base,
+    promoted_adapter,
+)
+from mas import locks, names
 from mas.config import Settings
 from mas.db import ready_engine, session_scope
-from mas.grading import model_folder
 from mas.models import ABSelection, TrainedAdapter
-
-PROMPT_TEMPLATE = "Concept: {concept}\nVideo prompt:"
-"""What the preference model is conditioned on; the video prompt follows as the completion."""
-
-METADATA_FILE = "mas_adapter.json"
-"""Written beside peft's files: what scoring needs to reproduce training (beta, max_length, template)."""
-
-_TUNE_LOCK = 7_241_002
-"""PostgreSQL advisory lock key: one `tune` at a time (the beat job and a manual `mas tune` may meet)."""
-
-
-class TunerBusy(RuntimeError):
-    """Another `tune` holds the lock; the message says to wait."""
 
 
 @dataclass(kw_only=True)
@@ -106,16 +101,6 @@ UNSLOTH_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 
 
 @dataclass(frozen=True, kw_only=True)
-class PreferencePair:
-    """One DPO pair: for `concept` the user chose the video made from `chosen` over the one from `rejected`."""
-
-    selection_id: int
-    concept: str
-    chosen: str
-    rejected: str
-
-
-@dataclass(frozen=True, kw_only=True)
 class TuneReport:
     """What `tune` did, for `mas tune` to print and the beat job to log."""
 
@@ -133,13 +118,6 @@ class TuneReport:
     current_version: int | None = None
     current_accuracy: float | None = None
     seconds: float = 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class PromotedAdapter:
-    version: int
-    path: Path
-    heldout_accuracy: float | None
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -174,116 +152,6 @@ def dpo_rows(pairs: Sequence[PreferencePair]) -> list[dict[str, str]]:
         {"prompt": PROMPT_TEMPLATE.format(concept=p.concept), "chosen": " " + p.chosen, "rejected": " " + p.rejected}
         for p in pairs
     ]
-
-
-# --- the preference model ---------------------------------------------------------------------------
-
-
-class PreferenceModel(nn.Module):
-    """A base causal LM with one DPO adapter: scores how much the user would like a prompt for a concept.
-
-    An nn.Module so the residency manager can keep it on the GPU between gradings; the base model with the
-    adapter disabled is the DPO reference, so one resident model gives both terms of the reward.
-    """
-
-    def __init__(self, *, model: nn.Module, tokenizer: Any, beta: float, max_length: int) -> None:
-        super().__init__()
-        self.model = model
-        self.tokenizer = tokenizer
-        self.beta = beta
-        self.max_length = max_length
-
-    @classmethod
-    def load(cls, *, base: Path, adapter: Path) -> "PreferenceModel":
-        """Load `base` and the adapter saved in `adapter`, on the CPU (the caller places it), in float32: the
-        rewards are small differences of summed log-probabilities, which bf16 rounding would swamp."""
-        from peft import PeftModel
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        meta = json.loads((adapter / METADATA_FILE).read_text())
-        tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, local_files_only=True)
-        model = PeftModel.from_pretrained(lm, adapter, is_trainable=False)
-        model.eval()
-        return cls(model=model, tokenizer=tokenizer, beta=float(meta["beta"]), max_length=int(meta["max_length"]))
-
-    @torch.inference_mode()
-    def rewards(self, items: Sequence[tuple[str, str]], *, batch_size: int = 16) -> torch.Tensor:
-        """DPO implicit rewards β·(log π − log π_ref) of each (concept, prompt), as a CPU float tensor."""
-        out = []
-        for start in range(0, len(items), batch_size):
-            ids, mask, completion = self._encode(items[start : start + batch_size])
-            policy = self._logps(ids, mask, completion)
-            with self.model.disable_adapter():
-                reference = self._logps(ids, mask, completion)
-            out.append((self.beta * (policy - reference)).float().cpu())
-        return torch.cat(out) if out else torch.zeros(0)
-
-    def score(self, *, concept: str, prompt: str) -> float:
-        """In [0, 1]: σ(reward), the Bradley-Terry probability that the user prefers this prompt over one the
-        base model finds exactly as likely (reward 0)."""
-        return float(torch.sigmoid(self.rewards([(concept, prompt)]))[0])
-
-    def accuracy(self, pairs: Sequence[PreferencePair]) -> float:
-        """Share of pairs whose chosen prompt gets the strictly higher reward (a tie predicts nothing)."""
-        if not pairs:
-            raise ValueError("no pairs to measure accuracy on")
-        chosen = self.rewards([(p.concept, p.chosen) for p in pairs])
-        rejected = self.rewards([(p.concept, p.rejected) for p in pairs])
-        return float((chosen > rejected).float().mean())
-
-    def _encode(self, items: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Token ids as trl's DPOTrainer builds them: prompt + " " + completion + EOS, the completion starting
-        where the tokenized prompt and prompt + completion diverge, cut at `max_length`."""
-        tok = self.tokenizer
-        rows = []
-        for concept, text in items:
-            prompt = PROMPT_TEMPLATE.format(concept=concept)
-            prompt_ids = tok(prompt)["input_ids"]
-            full = tok(prompt + " " + text + tok.eos_token)["input_ids"][: self.max_length]
-            shared = min(len(prompt_ids), len(full))
-            start = next((i for i, (a, b) in enumerate(zip(prompt_ids, full)) if a != b), shared)
-            rows.append((full, start))
-        width = max(len(full) for full, _ in rows)
-        device = next(self.model.parameters()).device
-        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        completion = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, (full, start) in enumerate(rows):
-            ids[i, : len(full)] = torch.tensor(full)
-            mask[i, : len(full)] = 1
-            completion[i, start : len(full)] = True
-        return ids.to(device), mask.to(device), completion.to(device)
-
-    def _logps(self, ids: torch.Tensor, mask: torch.Tensor, completion: torch.Tensor) -> torch.Tensor:
-        """Summed log-probabilities of the completion tokens (trl's `logps` for the sigmoid loss)."""
-        logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-        token_logps = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-        return (token_logps * completion[:, 1:]).sum(-1)
-
-
-def promoted_adapter(settings: Settings, *, base: Path) -> PromotedAdapter | None:
-    """The newest promoted adapter trained on `base` (adapters of another base model do not apply)."""
-    with session_scope(settings) as session:
-        row = session.execute(
-            sa.select(TrainedAdapter)
-            .where(TrainedAdapter.promoted.is_(True), TrainedAdapter.base_model == str(base.resolve()))
-            .order_by(TrainedAdapter.version.desc())
-            .limit(1)
-        ).scalar_one_or_none()
-        if row is None:
-            return None
-        return PromotedAdapter(version=row.version, path=Path(row.path), heldout_accuracy=row.heldout_accuracy)
-
-
-def preference_base(settings: Settings) -> Path:
-    return model_folder(
-        settings.preference_base_model_path,
-        variable="MAS_PREFERENCE_BASE_MODEL_PATH",
-        what="the small causal LM that DPO adapters are trained on",
-    )
 
 
 # --- training ---------------------------------------------------------------------------------------
@@ -425,7 +293,9 @@ def tune(settings: Settings, *, dry_run: bool = False, config: TunerConfig | Non
         return TuneReport(
             trained=False, promoted=False, reason=reason, current_version=current and current.version, **counts
         )
-    with _tune_lock(settings):
+    # one tune at a time: the nightly beat job and a manual `mas tune` may meet
+    busy = "another `mas tune` is training right now; wait for it to finish and run it again"
+    with locks.held_or_busy(ready_engine(settings), names.TUNE_LOCK, busy=busy):
         current, lost = _current(settings, base=base)
         version = _next_version(settings)
         folder = (settings.data_dir / "adapters").resolve()
@@ -462,7 +332,7 @@ def _current(settings: Settings, *, base: Path) -> tuple[PromotedAdapter | None,
     """(the promoted adapter, whether its files are lost). Lost files leave nothing to compare with, and
     graders could not load it either, so a lost adapter counts as none."""
     current = promoted_adapter(settings, base=base)
-    if current is not None and not (current.path / METADATA_FILE).is_file():
+    if current is not None and not current.present:
         return None, True
     return current, False
 
@@ -482,16 +352,3 @@ def _heldout_accuracy(*, base: Path, adapter: Path, heldout: Sequence[Preference
 def _next_version(settings: Settings) -> int:
     with session_scope(settings) as session:
         return int(session.scalar(sa.select(sa.func.coalesce(sa.func.max(TrainedAdapter.version), 0)))) + 1
-
-
-@contextmanager
-def _tune_lock(settings: Settings) -> Iterator[None]:
-    """A session-level advisory lock on its own connection (autocommit: no transaction idles for the
-    minutes training takes), held for the whole training."""
-    with ready_engine(settings).connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        if not conn.scalar(sa.text("select pg_try_advisory_lock(:k)"), {"k": _TUNE_LOCK}):
-            raise TunerBusy("another `mas tune` is training right now; wait for it to finish and run it again")
-        try:
-            yield
-        finally:
-            conn.execute(sa.text("select pg_advisory_unlock(:k)"), {"k": _TUNE_LOCK})

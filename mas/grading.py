@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mas.errors import InvalidInput, InvalidSettings, PermanentError, StudioError
+
 AXES = ("semantic", "spatial", "benchmark", "preference", "multi_axis")
 """The weighted axes, in the order of `Settings.dqa_weights` (w1..w5)."""
 
@@ -36,8 +38,8 @@ MULTI_AXES = ("aesthetic", "motion", "coherence", "fidelity")
 GRADE_CUTOFFS = (("A", 0.85), ("B", 0.70), ("C", 0.55), ("D", 0.40))
 """Lowest total for each grade; below the last one the grade is F.
 
-The same cut-offs as the preview grader, so MIN_ACCEPTABLE_GRADE means the same whichever grader runs:
-A >= 0.85, B >= 0.70, C >= 0.55, D >= 0.40, F below.
+Both graders (preview and DQA) grade through this one table, so MIN_ACCEPTABLE_GRADE means the same
+whichever grader runs: A >= 0.85, B >= 0.70, C >= 0.55, D >= 0.40, F below.
 """
 
 WEAK_BELOW = 0.6
@@ -78,16 +80,24 @@ FIXES = {
 """The Writer's prompt fix for each failure phrase."""
 
 
-class GradingError(RuntimeError):
-    """A video could not be graded; the message says what to do (evaluate_video records it on the attempt)."""
+class GradingError(StudioError):
+    """A video could not be graded; the message says what to do.
+
+    A file that cannot be decoded is `mas.video.VideoUnreadable` instead: the render step, both graders
+    and the gallery meet it alike, and `evaluate_video` grades such a render F so review renders it again.
+    """
 
 
-class VideoUnreadable(GradingError):
-    """The rendered file is missing, empty, corrupt or truncated, or holds no video frames."""
-
-
-class ModelMissing(GradingError):
+class ModelMissing(GradingError, PermanentError):
     """A model path a DQA phase or the Tuner needs is unset or does not hold a model."""
+
+
+class NothingToGrade(GradingError, InvalidInput):
+    """`mas grade` named a video that does not exist or has not been rendered yet."""
+
+
+class InvalidWeights(GradingError, InvalidSettings, ValueError):
+    """MAS_DQA_WEIGHTS cannot weight the five axes (wrong count, negative, or no weight where it counts)."""
 
 
 def model_folder(path: Path | None, *, variable: str, what: str) -> Path:
@@ -104,9 +114,9 @@ def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
     """The five weights, validated: a bad MAS_DQA_WEIGHTS should fail loudly, not grade everything F."""
     values = tuple(float(w) for w in weights)
     if len(values) != len(AXES):
-        raise ValueError(f"MAS_DQA_WEIGHTS needs {len(AXES)} weights ({', '.join(AXES)}), got {len(values)}")
+        raise InvalidWeights(f"MAS_DQA_WEIGHTS needs {len(AXES)} weights ({', '.join(AXES)}), got {len(values)}")
     if any(w < 0 for w in values) or sum(values) <= 0:
-        raise ValueError(f"MAS_DQA_WEIGHTS must be non-negative with a positive sum, got {values}")
+        raise InvalidWeights(f"MAS_DQA_WEIGHTS must be non-negative with a positive sum, got {values}")
     return values
 
 
@@ -116,7 +126,7 @@ def effective_weights(weights: Sequence[float], *, present: Sequence[str]) -> di
     kept = {axis: named[axis] for axis in AXES if axis in present}
     total = sum(kept.values())
     if total <= 0:
-        raise ValueError(f"every weighted axis present ({', '.join(kept) or 'none'}) has weight 0")
+        raise InvalidWeights(f"MAS_DQA_WEIGHTS gives weight 0 to every axis present ({', '.join(kept) or 'none'})")
     return {axis: w / total for axis, w in kept.items()}
 
 

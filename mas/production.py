@@ -9,12 +9,11 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from mas import names
 from mas.celery_app import app
 from mas.db import session_scope
 from mas.models import Batch, Schedule
-from mas.requests import ProductionRequest
-
-PLAN_TASK = "tasks.pipeline.plan_batch"
+from mas.requests import ProductionRequest, parse_request
 
 
 def new_batch(session, request: ProductionRequest) -> Batch:
@@ -52,8 +51,6 @@ def run_due_schedules(settings) -> list[int]:
     SKIP LOCKED, so two beats or a restarted beat never run a schedule twice. A crash between the commit
     and the send leaves a queued batch, which the reconcile job sends.
     """
-    from mas.requests import parse_request
-
     with session_scope(settings) as session:
         due = session.scalars(
             sa.select(Schedule)
@@ -80,20 +77,12 @@ def cancel_schedule(settings, schedule_id: int) -> bool:
         return result.rowcount == 1
 
 
-def schedules(settings) -> list[Schedule]:
-    with session_scope(settings) as session:
-        return list(session.scalars(sa.select(Schedule).order_by(Schedule.run_at.desc()).limit(100)))
-
-
 def send_plan(batch_id: int) -> None:
-    app.send_task(PLAN_TASK, args=[batch_id])
+    """Ask the Director to plan a stored batch (a cpu worker picks it up)."""
+    app.send_task(names.PLAN_BATCH, args=[batch_id])
 
 
-def batch_overview(settings, batch_id: int | None = None):
-    """The batch (latest when no id) with its videos, or None."""
-    from sqlalchemy.orm import selectinload
-
-    with session_scope(settings) as session:
-        stmt = sa.select(Batch).options(selectinload(Batch.videos))
-        stmt = stmt.where(Batch.id == batch_id) if batch_id else stmt.order_by(Batch.id.desc()).limit(1)
-        return session.scalars(stmt).first()
+def resume(batch_ids: list[int]) -> None:
+    """Restart batches a previous session left pending: each goes on from what Postgres says is done."""
+    for batch_id in batch_ids:
+        app.send_task(names.RESUME_BATCH, args=[batch_id])

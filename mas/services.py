@@ -15,7 +15,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from mas.clients import redis_client  # noqa: F401  (moved; callers being updated)
 from mas.config import Settings, redact_url
 from mas.embedded.common import ServiceError, first_line
 from mas.embedded.postgres import postmaster, sqlalchemy_url, start_postgres, stop_postgres

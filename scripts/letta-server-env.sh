@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Letta server's own virtualenv for the Letta tests (tests/test_letta.py), in one command:
 #
-#   bash scripts/letta-server-env.sh            # build .cache/letta-venv (nothing to do if it is current)
+#   bash scripts/letta-server-env.sh            # build the cached server virtualenv (nothing to do if current)
 #   bash scripts/letta-server-env.sh --force    # rebuild from scratch
 #   LETTA_VENV=some/dir bash scripts/letta-server-env.sh
 #
@@ -20,7 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VERSION=0.16.8
-VENV=${LETTA_VENV:-.cache/letta-venv}
+# Outside the checkout and keyed by version, so a fresh clone (CI) reuses a build made once on this machine.
+VENV=${LETTA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mas/letta-venv-$VERSION}
 MARKER="$VENV/mas-letta-ready"
 PYTHON=${PYTHON:-python3}
 

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db, services
+from mas.clients import redis_client
 from mas.config import Settings
 from tests.studio import CeleryWorker
 
@@ -59,7 +60,7 @@ def clean(settings, engine):
         ).scalars().all()
         if tables:
             conn.execute(sa.text(f"truncate {', '.join(tables)} restart identity cascade"))
-    client = services.redis_client(settings)
+    client = redis_client(settings)
     # keep kombu's exchange bindings: without them published messages are silently dropped
     stale = [k for k in client.scan_iter(count=1000) if not k.startswith(b"_kombu.binding.")]
     if stale:

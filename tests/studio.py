@@ -74,7 +74,7 @@ class CeleryWorker(CeleryProcess):
         self, *, kind: str, name: str, env: dict[str, str], log_dir: Path, concurrency: int = 1,
         extra_args: Sequence[str] = (),
     ) -> None:
-        from mas.celery_app import WORKER_QUEUES
+        from mas.names import WORKER_QUEUES
 
         super().__init__(
             args=["celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]), "-n", name,

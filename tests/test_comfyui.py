@@ -15,16 +15,15 @@ from typing import Any
 
 import pytest
 
-from gpu.backends import video_backend
-from gpu.comfyui import (
-    ComfyUIBackend,
+from gpu.comfyui import ComfyUIBackend, WorkflowError
+from gpu.comfyui_client import (
     ComfyUIClient,
     ComfyUIRejected,
     ComfyUIRenderFailed,
     ComfyUITimeout,
     ComfyUIUnavailable,
-    WorkflowError,
 )
+from gpu.factory import video_backend
 from gpu.preview import PreviewRenderer
 from mas.config import Settings
 from tests.comfyui_server import ComfyUIStandIn, Script

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from gpu.backends import video_backend
 from gpu.diffusers_backend import DiffusersBackend, ModelPathError
-from gpu.residency import Residency, module_bytes, residency
+from gpu.factory import residency, video_backend
+from gpu.residency import Residency, module_bytes
 from mas.config import Settings
 
 diffusers = pytest.importorskip("diffusers")

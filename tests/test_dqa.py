@@ -19,23 +19,16 @@ import sqlalchemy as sa
 import torch
 import torch.nn.functional as F
 
-from gpu.dqa import (
-    CHECKLISTS,
-    DQAConfig,
-    DQAGrader,
-    benchmark,
-    block_flow,
-    decode_video,
-    imaging_quality,
-    regrade,
-)
+from gpu.dqa import DQAGrader, regrade
+from gpu.dqa_phases import CHECKLISTS, DQAConfig, benchmark, block_flow, imaging_quality
+from gpu.preference_model import preference_base
 from gpu.residency import Residency
-from gpu.tuner import preference_base
 from mas import grading
 from mas.config import Settings
 from mas.db import session_scope
-from mas.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, GradingError, ModelMissing, VideoUnreadable
+from mas.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, GradingError, ModelMissing
 from mas.models import Attempt, Batch, Video
+from mas.video import VideoUnreadable, decode_video
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")

@@ -137,7 +137,8 @@ def test_beat_schedule_names_registered_tasks(workers):
 
 def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers):
     """Renders and gradings queued interleaved run as two runs, not alternating (fewer model swaps)."""
-    from mas.celery_app import GPU_QUEUE, GRADE_QUEUE, app
+    from mas.celery_app import app
+    from mas.names import GPU_QUEUE, GRADE_QUEUE
 
     for queue in (GPU_QUEUE, GRADE_QUEUE):  # hold the gpu worker off while the work is queued
         app.control.cancel_consumer(queue, destination=["gpu@test"], reply=True, timeout=5)

@@ -29,6 +29,9 @@ import pytest
 from pydantic import SecretStr
 
 from mas.agents import letta as backend
+from mas.agents.letta import maintenance as maint
+from mas.agents.letta import prompts
+from mas.agents.letta.replies import parse_json_object, reply_candidates
 from mas.agents.offline import (
     OfflineCameraman,
     OfflineConsolidator,
@@ -36,12 +39,18 @@ from mas.agents.offline import (
     OfflineWriter,
 )
 from mas.agents.roles import WriterBrief
+from mas.errors import RetryableError
+from mas.memory import blocks as studio_blocks
 from mas.memory.blocks import SCHEMAS, BlockError, defaults
 from mas.requests import ProductionRequest
 
 ROOT = Path(__file__).resolve().parents[1]
-LETTA_VENV = Path(os.environ.get("LETTA_VENV") or ROOT / ".cache" / "letta-venv")
 LETTA_VERSION = "0.16.8"
+# where scripts/letta-server-env.sh builds it: a cache outside the checkout, keyed by version
+LETTA_VENV = Path(
+    os.environ.get("LETTA_VENV")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mas" / f"letta-venv-{LETTA_VERSION}"
+)
 MODEL = "openai-proxy/gpt-4o-mini"  # how Letta names the stand-in's model (an OpenAI-compatible base URL)
 EMBEDDING = "openai/text-embedding-3-small"
 SERVER_START_TIMEOUT_S = 240
@@ -51,12 +60,12 @@ SERVER_START_TIMEOUT_S = 240
 
 
 def test_parse_json_object_finds_the_object_in_what_models_send():
-    assert backend.parse_json_object('{"a": 1}') == {"a": 1}
-    assert backend.parse_json_object('```json\n{"a": 1}\n```') == {"a": 1}
-    assert backend.parse_json_object('Here you go: {"a": {"b": [1, 2]}} hope it helps') == {"a": {"b": [1, 2]}}
-    assert backend.parse_json_object(json.dumps('{"a": 1}')) == {"a": 1}  # double-encoded
-    assert backend.parse_json_object("no json at all") is None
-    assert backend.parse_json_object("[1, 2]") is None
+    assert parse_json_object('{"a": 1}') == {"a": 1}
+    assert parse_json_object('```json\n{"a": 1}\n```') == {"a": 1}
+    assert parse_json_object('Here you go: {"a": {"b": [1, 2]}} hope it helps') == {"a": {"b": [1, 2]}}
+    assert parse_json_object(json.dumps('{"a": 1}')) == {"a": 1}  # double-encoded
+    assert parse_json_object("no json at all") is None
+    assert parse_json_object("[1, 2]") is None
 
 
 def _response(*messages, stop="end_turn"):
@@ -72,13 +81,13 @@ def test_reply_candidates_read_assistant_messages_and_send_message_calls():
         SimpleNamespace(message_type="tool_call_message", tool_call=call, tool_calls=[call]),
         SimpleNamespace(message_type="assistant_message", content=[SimpleNamespace(text='{"y": '), SimpleNamespace(text="2}")]),
     )
-    assert backend.reply_candidates(response) == ['{"x": 1}', '{"y": 2}']
-    assert backend.reply_candidates(_response(SimpleNamespace(message_type="assistant_message", content="plain"))) == ["plain"]
+    assert reply_candidates(response) == ['{"x": 1}', '{"y": 2}']
+    assert reply_candidates(_response(SimpleNamespace(message_type="assistant_message", content="plain"))) == ["plain"]
 
 
 def test_reply_error_is_retryable_picklable_and_quotes_the_reply():
     error = backend.LettaReplyError(agent="writer", task="write", problem="no JSON object", excerpt="Sure!")
-    assert isinstance(error, backend.LettaRetryableError) and isinstance(error, backend.RETRYABLE)
+    assert isinstance(error, RetryableError)
     copy = pickle.loads(pickle.dumps(error))  # Celery ships task exceptions between processes
     assert (copy.agent, copy.task, str(copy)) == ("writer", "write", str(error))
     assert "writer answered task 'write' with no JSON object: 'Sure!'" == str(error)
@@ -318,7 +327,7 @@ def test_provisioning_creates_the_studio_once(letta_settings, api, provisioned):
         companion = api.agents.retrieve(ids.sleeptime_ids[0], include=["agent.blocks"])
         assert companion.name == f"{role}-sleeptime" and companion.message_buffer_autoclear is True
         assert {b.label: b.id for b in companion.blocks if b.label in SCHEMAS} == provisioned.blocks
-        assert next(b.value for b in companion.blocks if b.label == "memory_persona") == backend.SLEEPTIME_PERSONA
+        assert next(b.value for b in companion.blocks if b.label == "memory_persona") == prompts.SLEEPTIME_PERSONA
 
     # provisioning again finds everything: nothing created, nothing changed, no duplicates
     agents_before = sorted(a.id for a in _all_agents(api))
@@ -370,10 +379,8 @@ def test_a_wrong_token_is_a_clear_error_that_does_not_print_the_token(letta_sett
     with pytest.raises(backend.LettaError) as caught:
         backend.find(wrong)
     assert "MAS_LETTA_TOKEN" in str(caught.value) and "not-the-token" not in str(caught.value)
-    assert not isinstance(caught.value, backend.LettaRetryableError)
-    from mas.agents.letta_maintenance import health
-
-    assert health(wrong).ok is False and "MAS_LETTA_TOKEN" in health(wrong).detail
+    assert not isinstance(caught.value, RetryableError)
+    assert backend.health(wrong).ok is False and "MAS_LETTA_TOKEN" in backend.health(wrong).detail
 
 
 # --- the roles -----------------------------------------------------------------------------------------
@@ -421,12 +428,12 @@ def test_an_agent_without_send_message_answers_with_an_assistant_message(letta_s
     """Letta agents without sleeptime reply with plain assistant messages; the same parser reads them."""
     scratch = api.agents.create(name="scratch-no-sleeptime", model=MODEL, embedding=EMBEDDING, system="You answer tasks.")
     try:
-        text = backend.task_message("read_style", {"feedback": "bright cheerful colors"}, "{}")
+        text = prompts.task_message("read_style", {"feedback": "bright cheerful colors"}, "{}")
         response = api.agents.messages.create(scratch.id, messages=[{"role": "user", "content": text}])
         assert "assistant_message" in [m.message_type for m in response.messages]
         assert "tool_call_message" not in [m.message_type for m in response.messages]
-        replies = backend.reply_candidates(response)
-        assert backend.parse_json_object(replies[-1]) == asdict(OfflineDirector().read_style("bright cheerful colors"))
+        replies = reply_candidates(response)
+        assert parse_json_object(replies[-1]) == asdict(OfflineDirector().read_style("bright cheerful colors"))
     finally:
         api.agents.delete(scratch.id)
 
@@ -436,7 +443,7 @@ def test_an_unparseable_reply_is_a_retryable_failure(letta_settings, letta_serve
     letta_server.llm.garbage_replies = 1
     with pytest.raises(backend.LettaReplyError) as caught:
         crew.cameraman.review(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3)
-    assert isinstance(caught.value, backend.LettaRetryableError)
+    assert isinstance(caught.value, RetryableError)
     assert caught.value.agent == "cameraman" and caught.value.task == "review"
     assert "no JSON object" in str(caught.value) and "Sure!" in str(caught.value)
     # the retry (what Celery does) succeeds
@@ -452,12 +459,10 @@ def test_a_refinement_never_exceeds_max_retries(letta_settings, letta_server, pr
 
 
 def test_an_unreachable_server_is_a_retryable_failure_and_an_unhealthy_status(down_settings):
-    from mas.agents.letta_maintenance import health
-
     with pytest.raises(backend.LettaUnavailable) as caught:
         backend.letta_agents(down_settings, serialize=False).writer.write(_brief())
-    assert isinstance(caught.value, backend.LettaRetryableError) and "unreachable" in str(caught.value)
-    assert health(down_settings).ok is False
+    assert isinstance(caught.value, RetryableError) and "unreachable" in str(caught.value)
+    assert backend.health(down_settings).ok is False
     state = backend.status(down_settings)
     assert not state.healthy and not state.provisioned and "unreachable" in state.error
 
@@ -527,7 +532,8 @@ def test_block_store_keeps_json_validates_and_refuses_oversized_values(letta_set
     assert new["COLOR_PREFERENCES"] == "purple, blue" and store.read("user_style") == new
     raw = api.blocks.retrieve(provisioned.blocks["user_style"]).value
     assert json.loads(raw) == new
-    assert store.update("quality_standards", lambda v: {"FAILURE_PATTERNS_TO_AVOID": v["FAILURE_PATTERNS_TO_AVOID"] + ["soft"]})["FAILURE_PATTERNS_TO_AVOID"] == ["soft"]
+    before = store.read("quality_standards")["FAILURE_PATTERNS_TO_AVOID"]  # earlier role calls pushed the studio's
+    assert store.update("quality_standards", lambda v: {"FAILURE_PATTERNS_TO_AVOID": v["FAILURE_PATTERNS_TO_AVOID"] + ["soft"]})["FAILURE_PATTERNS_TO_AVOID"] == before + ["soft"]
 
     with pytest.raises(BlockError, match="no field"):
         store.update("user_style", {"NOPE": 1})
@@ -558,6 +564,23 @@ def test_block_store_keeps_json_validates_and_refuses_oversized_values(letta_set
             assert found.blocks["current_series"] in {b.id for b in attached}
 
 
+def test_role_calls_bring_the_servers_blocks_up_to_date_with_the_studio(letta_settings, provisioned):
+    """Postgres holds the studio's blocks; a role call first pushes the ones that changed since the last push."""
+    crew = backend.letta_agents(letta_settings)
+    store = backend.LettaBlockStore(letta_settings)
+    studio_blocks.update(letta_settings, "user_style", {"PACING_PREFERENCES": "slow, meditative"}, actor="user")
+    crew.cameraman.review(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3)
+    assert store.read("user_style") == studio_blocks.read(letta_settings, "user_style")
+
+    # nothing changed in the studio: nothing is written (an edit on the server stays until the studio's next)
+    store.update("user_style", {"MOOD_PREFERENCES": "edited on the server"})
+    assert backend.push_studio_blocks(letta_settings) == []
+    assert store.read("user_style")["MOOD_PREFERENCES"] == "edited on the server"
+    studio_blocks.update(letta_settings, "user_style", {"MOOD_PREFERENCES": "calm"}, actor="user")
+    assert backend.push_studio_blocks(letta_settings) == ["user_style"]
+    assert store.read("user_style") == studio_blocks.read(letta_settings, "user_style")
+
+
 # --- maintenance ---------------------------------------------------------------------------------------
 
 
@@ -571,8 +594,6 @@ def _fill(crew, api, agent_id: str, at_least: int) -> int:
 def test_maintenance_compacts_at_warn_and_resets_at_critical_emergency_and_after_failed_compactions(
     letta_settings, letta_server, api, provisioned, caplog
 ):
-    from mas.agents import letta_maintenance as maint
-
     settings = letta_settings.model_copy(update={"buffer_warn": 12, "buffer_critical": 20, "buffer_emergency": 26, "max_failed_summaries": 2})
     crew = backend.letta_agents(settings)
     agent = provisioned.agents["cameraman"].id
@@ -603,7 +624,7 @@ def test_maintenance_compacts_at_warn_and_resets_at_critical_emergency_and_after
 
     # failures left from earlier runs: straight to reset at warn
     _fill(crew, api, agent, 12)
-    maint._set_failed_compactions(api, agent, 2)
+    maint.set_failed_compactions(api, agent, 2)
     assert (run().action, maint.failed_compactions(api, agent)) == ("reset", 0)
 
     before = _fill(crew, api, agent, 20)
@@ -615,7 +636,7 @@ def test_maintenance_compacts_at_warn_and_resets_at_critical_emergency_and_after
     assert (emergency.action, emergency.level, emergency.count_after) == ("reset", "emergency", 1)
 
     # the whole pass: every primary agent and companion, one logged Action each
-    caplog.set_level("DEBUG", logger="mas.agents.letta_maintenance")
+    caplog.set_level("DEBUG", logger="mas.agents.letta.maintenance")
     actions = maint.maintain(settings)
     assert {a.agent for a in actions} == set(backend.ROLES) | {f"{r}_sleeptime" for r in backend.ROLES}
     # (a companion may finish a background run between the two counts; a primary agent may not)
@@ -624,8 +645,6 @@ def test_maintenance_compacts_at_warn_and_resets_at_critical_emergency_and_after
 
 
 def test_maintenance_refuses_to_run_against_a_server_that_is_down(down_settings):
-    from mas.agents import letta_maintenance as maint
-
     with pytest.raises(backend.LettaUnavailable, match="unavailable"):
         maint.maintain(down_settings)
 

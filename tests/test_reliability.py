@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db, services
+from mas.clients import redis_client
 from mas.memory import blocks
 from mas.models import ArchivalPassage, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
 from tests.studio import IsolatedStudio
@@ -73,7 +74,7 @@ def test_broker_wiped_mid_batch(studio):
     studio.worker("gpu")
     batch_id = studio.enqueue("Create 4 videos of paper lanterns")
     studio.wait_until(lambda: sum(v.state in FINAL for v in studio.videos(batch_id)) >= 1, what="first video")
-    services.redis_client(studio.settings).flushall()  # every queued message and result is gone
+    redis_client(studio.settings).flushall()  # every queued message and result is gone
     result = studio.mas("recover")
     assert result.returncode == 0, result.stderr
     studio.wait_batch(batch_id)
@@ -107,7 +108,7 @@ def test_task_that_kills_its_worker_is_quarantined(studio):
     app = Studio(studio.settings)
     result = app.send_task(CRASH_TASK)
     assert result.get(timeout=120) is None  # given up, not looping
-    deliveries = int(services.redis_client(studio.settings).get(f"mas:deliveries:{result.id}:0"))
+    deliveries = int(redis_client(studio.settings).get(f"mas:deliveries:{result.id}:0"))
     assert deliveries == studio.settings.max_deliveries + 1
     assert gpu.proc.poll() is None  # the worker itself survives its children's deaths
     assert "giving it up" in gpu.log.read_text()
@@ -240,7 +241,7 @@ def test_request_text_is_data_and_task_arguments_carry_ids_only(studio):
     with db.session_scope(studio.settings) as s:
         assert s.get(Batch, batch_id).request == hostile  # stored verbatim, as data
         assert s.get(Batch, batch_id).status == BatchStatus.queued
-    (raw,) = services.redis_client(studio.settings).lrange("cpu", 0, -1)
+    (raw,) = redis_client(studio.settings).lrange("cpu", 0, -1)
     args, kwargs, _ = json.loads(base64.b64decode(json.loads(raw)["body"]))
     assert args == [batch_id] and kwargs == {}  # messages carry ids, never the request or secrets
 

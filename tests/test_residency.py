@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpu.residency import GIB, ModelTooLarge, Residency, budget_of, model_parts, module_bytes, residency
+from gpu.factory import residency
+from gpu.residency import GIB, ModelTooLarge, Residency, budget_of, model_parts, module_bytes
 from mas.config import Settings
 
 LINEAR_BYTES = 16 * 16 * 4  # nn.Linear(16, 16, bias=False) in float32

@@ -263,10 +263,11 @@ CHILD = """
 import json, sys, time
 from pathlib import Path
 from mas import services
+from mas.clients import redis_client
 from mas.config import Settings
 s = Settings(data_dir=Path(sys.argv[1]), database_url=None, broker_url=None, result_backend=None)
 services.up(s)
-services.redis_client(s).set("from-child", "1")
+redis_client(s).set("from-child", "1")
 print(json.dumps({i.name: i.pid for i in services.describe(s)}), flush=True)
 time.sleep(600)
 """

@@ -16,17 +16,8 @@ import sqlalchemy as sa
 
 from gpu.dqa import DQAGrader
 from gpu.residency import Residency
-from gpu.tuner import (
-    METADATA_FILE,
-    PROMPT_TEMPLATE,
-    PreferenceModel,
-    PreferencePair,
-    TunerConfig,
-    load_pairs,
-    promoted_adapter,
-    split_heldout,
-    tune,
-)
+from gpu.preference_model import METADATA_FILE, PROMPT_TEMPLATE, PreferenceModel, PreferencePair, promoted_adapter
+from gpu.tuner import TunerConfig, load_pairs, split_heldout, tune
 from mas.db import session_scope
 from mas.models import ABSelection, ABTest, TrainedAdapter
 from tests.test_dqa import build_tiny_clip, concept_video, train_tokenizer

@@ -2,6 +2,7 @@
 
 from mas.agents.roles import Agents
 from mas.config import Settings
+from mas.errors import InvalidSettings
 
 
 def backend(settings: Settings) -> Agents:
@@ -24,4 +25,4 @@ def backend(settings: Settings) -> Agents:
         from mas.agents.letta import letta_agents
 
         return letta_agents(settings)
-    raise ValueError(f"unknown agent backend {settings.agent_backend!r}; use offline or letta")
+    raise InvalidSettings(f"unknown agent backend {settings.agent_backend!r}; use offline or letta")

@@ -7,7 +7,6 @@ outputs. The Letta backend replaces it behind the same interfaces.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
 
@@ -19,6 +18,7 @@ from mas.agents.roles import (
     StylePreferences,
     Verdict,
     WriterBrief,
+    draft_seed,
 )
 from mas import grading
 from mas.config import grade_at_least
@@ -151,8 +151,7 @@ class OfflineWriter:
             prompt = re.sub(r"\b(" + "|".join(map(re.escape, sorted(banned))) + r")\b\s*", "", prompt, flags=re.I)
             prompt = re.sub(r"\s+,", ",", re.sub(r",\s*,", ",", prompt)).strip(" ,")
         negative = ", ".join(dict.fromkeys(list(style.get("DISLIKED_ELEMENTS", [])) + brief.failure_patterns))
-        seed = int(hashlib.sha256(f"{brief.concept}|{brief.attempt}".encode()).hexdigest()[:8], 16) % 2**31
-        return Draft(prompt=prompt, negative_prompt=negative, seed=seed)
+        return Draft(prompt=prompt, negative_prompt=negative, seed=draft_seed(brief))
 
 
 class OfflineCameraman:

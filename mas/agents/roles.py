@@ -6,6 +6,7 @@ to the interfaces, so a backend drops in through `mas.agents.backend(settings)`.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -101,3 +102,8 @@ class Agents:
     writer: Writer
     cameraman: Cameraman
     consolidator: Consolidator
+
+
+def draft_seed(brief: WriterBrief) -> int:
+    """The render seed of an attempt: reproducible from concept and attempt, whichever backend writes."""
+    return int(hashlib.sha256(f"{brief.concept}|{brief.attempt}".encode()).hexdigest()[:8], 16) % 2**31

@@ -39,10 +39,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
 from mas.errors import InvalidSettings
-from mas.gallery.frames import FrameError, strip_jpeg
+from mas.gallery.frames import strip_jpeg
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video, VideoState
 from mas.services import ServiceError
+from mas.video import VideoUnreadable
 
 FINAL = (VideoState.accepted, VideoState.failed)
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -338,7 +339,7 @@ def frames(request: Request) -> Response:
         raise HTTPException(404, f"video {video_id} has no frames to show: {note}")
     try:
         return Response(strip_jpeg(path), media_type="image/jpeg")
-    except FrameError as exc:
+    except VideoUnreadable as exc:
         raise HTTPException(422, str(exc)) from None
 
 

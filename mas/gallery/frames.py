@@ -11,17 +11,14 @@ import io
 from functools import lru_cache
 from pathlib import Path
 
-import imageio_ffmpeg
 import numpy as np
 from PIL import Image
+
+from mas.video import iter_frames
 
 STRIP_FRAMES = 6
 FRAME_HEIGHT = 96
 GAP = 4
-
-
-class FrameError(ValueError):
-    """The file is not a video that can be decoded; the message says which file."""
 
 
 def strip_jpeg(path: Path) -> bytes:
@@ -47,14 +44,10 @@ def _strip(path: str, mtime_ns: int, size: int) -> bytes:
 
 
 def _thumbnails(path: str) -> list[Image.Image]:
-    try:
-        reader = imageio_ffmpeg.read_frames(path)
-        meta = next(reader)
-        w, h = meta["size"]
-        size = (max(1, round(w * FRAME_HEIGHT / h)), FRAME_HEIGHT)
-        thumbs = [Image.frombytes("RGB", (w, h), buf).resize(size, Image.Resampling.BILINEAR) for buf in reader]
-    except (OSError, RuntimeError) as exc:  # imageio-ffmpeg's errors for unreadable input
-        raise FrameError(f"{Path(path).name} could not be decoded as a video") from exc
-    if not thumbs:
-        raise FrameError(f"{Path(path).name} holds no frames")
+    """Every frame shrunk to FRAME_HEIGHT as it is decoded; VideoUnreadable if the file is not a video."""
+    thumbs = []
+    for frame in iter_frames(Path(path)):
+        height, width = frame.shape[:2]
+        size = (max(1, round(width * FRAME_HEIGHT / height)), FRAME_HEIGHT)
+        thumbs.append(Image.fromarray(frame).resize(size, Image.Resampling.BILINEAR))
     return thumbs

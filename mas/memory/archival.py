@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from mas.config import Settings
 from mas.db import session_scope
+from mas.errors import InvalidInput
 from mas.memory.embeddings import Embedder, get_embedder
 from mas.models import ArchivalPassage
 
@@ -67,11 +68,11 @@ def validate_tags(tags: Iterable[str]) -> list[str]:
     counts stay meaningful.
     """
     if isinstance(tags, str):
-        raise ValueError(f"tags must be a list of words, not the string {tags!r}")
+        raise InvalidInput(f"tags must be a list of words, not the string {tags!r}")
     checked = []
     for tag in tags:
         if not isinstance(tag, str) or not _TAG.fullmatch(tag) or len(tag) > _TAG_MAX:
-            raise ValueError(
+            raise InvalidInput(
                 f"bad tag {tag!r}: a tag is one lowercase word (a-z, digits, _; at most {_TAG_MAX} "
                 f"characters), e.g. {', '.join(TAG_VOCABULARY)}"
             )
@@ -81,7 +82,7 @@ def validate_tags(tags: Iterable[str]) -> list[str]:
 
 def _validate_text(text: str) -> str:
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("an archival passage needs a non-empty text")
+        raise InvalidInput("an archival passage needs a non-empty text")
     return text
 
 
@@ -195,7 +196,7 @@ class ArchivalMemory:
         passages; a narrow time window alone means a sequential scan, as created_at has no index.
         """
         if not 1 <= limit <= _EF_SEARCH_MAX:
-            raise ValueError(f"limit must be between 1 and {_EF_SEARCH_MAX}, got {limit}")
+            raise InvalidInput(f"limit must be between 1 and {_EF_SEARCH_MAX}, got {limit}")
         stmt = search_statement(vector, tags=tags, since=since, until=until, limit=limit)
         filtered = bool(tags) or since is not None or until is not None
         with session_scope(self.settings) as session:

@@ -17,7 +17,7 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Literal, Sequence
+from typing import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -25,6 +25,9 @@ from sqlalchemy.orm import Session
 
 from mas.config import Settings
 from mas.db import session_scope
+from mas.errors import InvalidInput, RetryableError
+from mas.memory import buffer_policy
+from mas.memory.buffer_policy import Action, Decision
 from mas.models import AgentBuffer, AgentMessage
 
 log = logging.getLogger(__name__)
@@ -58,23 +61,7 @@ class Context:
     messages: tuple[Message, ...]
 
 
-Level = Literal["ok", "warn", "critical", "emergency"]
-ActionKind = Literal["ok", "summarize", "reset"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Action:
-    """What `maintain` did to one agent's buffer, and why."""
-
-    agent: str
-    count_before: int
-    action: ActionKind
-    level: Level
-    count_after: int
-    reason: str
-
-
-class SummaryFailed(RuntimeError):
+class SummaryFailed(RetryableError):
     """The summarizer raised; the agent's failure counter went up and its summary is unchanged."""
 
 
@@ -113,7 +100,7 @@ def append(settings: Settings, agent: str, *, role: str, content: str, summarize
     """
     _check_agent(agent)
     if not 0 < len(role) <= ROLE_MAX_CHARS:
-        raise ValueError(f"role must be 1 to {ROLE_MAX_CHARS} characters, got {role!r}")
+        raise InvalidInput(f"role must be 1 to {ROLE_MAX_CHARS} characters, got {role!r}")
     with session_scope(settings) as session:
         buffer = _lock(session, agent)
         message_id = session.execute(
@@ -154,7 +141,7 @@ def search(settings: Settings, query: str, *, agent: str | None = None, limit: i
     if agent is not None:
         _check_agent(agent)
     if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
+        raise InvalidInput(f"limit must be at least 1, got {limit}")
     statement = sa.select(AgentMessage).order_by(AgentMessage.id.desc()).limit(limit)
     if agent is not None:
         statement = statement.where(AgentMessage.agent == agent)
@@ -197,7 +184,7 @@ def summarize(
     """
     _check_agent(agent)
     if keep < 0:
-        raise ValueError(f"keep must not be negative, got {keep}")
+        raise InvalidInput(f"keep must not be negative, got {keep}")
     with session_scope(settings) as session:
         try:
             return _summarize_locked(session, _lock(session, agent), summarizer, keep)
@@ -218,26 +205,17 @@ def reset(settings: Settings, agent: str) -> int:
 
 
 def maintain(settings: Settings, *, summarizer: Summarizer = digest) -> list[Action]:
-    """Maintenance v3 on every agent's buffer, each under its row lock; one record per agent.
-
-    count >= critical (or emergency): reset. count >= warn: summarize, unless `max_failed_summaries`
-    summaries already failed, then reset; a failing summarize counts a failure and resets when the count
-    reaches the maximum. Below warn: nothing.
-    """
+    """Maintenance v3 (`mas.memory.buffer_policy`) on every agent's buffer, each under its row lock; one
+    record per agent."""
     actions = []
     for agent in AGENTS:
         with session_scope(settings) as session:
             buffer = _lock(session, agent)
             before = _live_count(session, agent)
-            alarm = level(settings, before)
-            kind, reason = _apply_policy(settings, session, buffer, alarm, before, summarizer)
-            action = Action(agent=agent, count_before=before, action=kind, level=alarm,
-                            count_after=_live_count(session, agent), reason=reason)
-        log.log(
-            {"ok": logging.DEBUG, "summarize": logging.INFO, "reset": logging.WARNING}[kind],
-            "maintain %s: %s at level %s, %d -> %d messages: %s",
-            agent, kind, alarm, before, action.count_after, reason,
-        )
+            decision = buffer_policy.decide(settings, messages=before, failures=buffer.failed_summaries)
+            done = _carry_out(settings, session, buffer, decision, summarizer)
+            action = buffer_policy.record(agent, done, before=before, after=_live_count(session, agent))
+        buffer_policy.log_action(log, action)
         actions.append(action)
     return actions
 
@@ -245,41 +223,24 @@ def maintain(settings: Settings, *, summarizer: Summarizer = digest) -> list[Act
 # --- internals: all take the session whose transaction holds the agent's row lock --------------------
 
 
-def level(settings: Settings, messages: int) -> Level:
-    """Maintenance v3's alarm level for a buffer of `messages` (shared with the Letta maintenance)."""
-    if messages >= settings.buffer_emergency:
-        return "emergency"
-    if messages >= settings.buffer_critical:
-        return "critical"
-    if messages >= settings.buffer_warn:
-        return "warn"
-    return "ok"
-
-
-def _apply_policy(
-    settings: Settings, session: Session, buffer: AgentBuffer, level: Level, before: int, summarizer: Summarizer
-) -> tuple[ActionKind, str]:
-    """Maintenance v3 for one locked buffer: what was done and why."""
-    limit = settings.max_failed_summaries
-    if level == "ok":
-        return "ok", f"{before} messages < warn threshold {settings.buffer_warn}"
-    if level != "warn":
-        threshold = settings.buffer_emergency if level == "emergency" else settings.buffer_critical
+def _carry_out(
+    settings: Settings, session: Session, buffer: AgentBuffer, decision: Decision, summarizer: Summarizer
+) -> Decision:
+    """Apply the policy's decision to one locked buffer; the decision as finally carried out."""
+    if decision.action == "reset":
         _clear(session, buffer, keep_summary=True)
-        return "reset", f"{before} messages >= {level} threshold {threshold}"
-    if buffer.failed_summaries >= limit:
-        reason = f"{buffer.failed_summaries} failed summaries >= {limit}"
-        _clear(session, buffer, keep_summary=True)
-        return "reset", reason
+    if decision.action != "summarize":
+        return decision
     try:
         moved = _summarize_locked(session, buffer, summarizer, KEEP_AFTER_SUMMARY)
-    except SummaryFailed as exc:
-        failed = buffer.failed_summaries
-        if failed < limit:
-            return "summarize", f"{exc}; {failed} of {limit} failures"
-        _clear(session, buffer, keep_summary=True)
-        return "reset", f"{exc}; {failed} failures reached {limit}"
-    return "summarize", f"{before} messages >= warn threshold {settings.buffer_warn}; {moved} folded into summary"
+    except SummaryFailed as exc:  # `_fold` already counted the failure on the buffer
+        follow_up = buffer_policy.after_failed_summary(
+            settings, decision, failures=buffer.failed_summaries, problem=str(exc)
+        )
+        if follow_up.action == "reset":
+            _clear(session, buffer, keep_summary=True)
+        return follow_up
+    return decision.noting(f"{moved} folded into summary")
 
 
 def _summarize_locked(session: Session, buffer: AgentBuffer, summarizer: Summarizer, keep: int) -> int:
@@ -377,5 +338,5 @@ def _escape_like(word: str) -> str:
 
 def _check_agent(agent: str) -> str:
     if agent not in AGENTS:
-        raise ValueError(f"unknown agent {agent!r}; expected one of {', '.join(AGENTS)}")
+        raise InvalidInput(f"unknown agent {agent!r}; expected one of {', '.join(AGENTS)}")
     return agent

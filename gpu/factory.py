@@ -1,0 +1,77 @@
+"""What the gpu tasks are built from, picked by settings: the model residency, the video backend, the grader.
+
+The one place that knows every implementation. A new backend is one module under `gpu/` and one branch in
+`video_backend`. Implementations are imported when picked, so a worker loads torch and model libraries
+only for the backend and grader it runs, and a process that merely imports the gpu task module (every
+worker registers it) none at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpu.interfaces import Grader, VideoBackend
+from mas.config import Settings
+from mas.errors import InvalidSettings
+from mas.singletons import per_process
+
+if TYPE_CHECKING:
+    from gpu.residency import Residency
+
+
+@per_process(key=lambda settings: (settings.vram_budget_gb, settings.video_backend, settings.comfyui_url))
+def residency(settings: Settings) -> Residency:
+    """The process's model residency manager, made on first use.
+
+    One per process, because the GPU worker's pool child runs every gpu task in turn (concurrency 1) and
+    backends and graders are built per task: the models must outlive the task that loaded them. It is
+    made lazily, in the child, so no CUDA state exists before the fork. A worker's settings do not change
+    while it runs, so a worker has exactly one.
+    """
+    from gpu.residency import Residency, budget_of, worker_device
+
+    device = worker_device()
+    return Residency(
+        budget_bytes=budget_of(settings, device), device=device, on_before_load=_before_load(settings)
+    )
+
+
+def _before_load(settings: Settings) -> Callable[[str], None] | None:
+    """When ComfyUI renders on this GPU, ask it to give memory back before a local model loads."""
+    if settings.video_backend != "comfyui":
+        return None
+    from gpu.comfyui_client import ComfyUIClient
+
+    client = ComfyUIClient(url=settings.comfyui_url, retries=settings.comfyui_retries)
+    return lambda key: client.free(unload_models=True, free_memory=True)
+
+
+def video_backend(settings: Settings) -> VideoBackend:
+    """The backend named by MAS_VIDEO_BACKEND."""
+    if settings.video_backend == "preview":
+        from gpu.preview import PreviewRenderer
+
+        return PreviewRenderer(seconds=settings.preview_render_seconds)
+    if settings.video_backend == "comfyui":
+        from gpu.comfyui import ComfyUIBackend
+
+        return ComfyUIBackend(settings=settings)
+    if settings.video_backend == "diffusers":
+        from gpu.diffusers_backend import DiffusersBackend
+
+        return DiffusersBackend(settings=settings, residency=residency(settings))
+    raise InvalidSettings(
+        f"unknown video backend {settings.video_backend!r}; set MAS_VIDEO_BACKEND to preview, comfyui or diffusers"
+    )
+
+
+def grader(settings: Settings) -> Grader:
+    """The grader named by MAS_GRADER: the offline preview stand-in, or DQA."""
+    if settings.grader == "dqa":
+        from gpu.dqa import DQAGrader
+
+        return DQAGrader(settings=settings, residency=residency(settings))
+    from gpu.preview import PreviewGrader
+
+    return PreviewGrader()

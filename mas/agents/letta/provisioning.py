@@ -1,0 +1,202 @@
+"""Provisioning: the studio's six shared blocks and three sleeptime-enabled agents on the Letta server.
+
+What lives on the server, found by name and the tag `mas` (never by a stored id), created when missing:
+
+- six core blocks, one per label of `mas.memory.blocks.SCHEMAS`, each holding its value as JSON
+  (Appendix B defaults), shared: the same block ids are attached to every agent;
+- three agents, `director`, `writer` and `cameraman`, with sleeptime enabled: Letta gives each a
+  sleeptime companion (`<name>-sleeptime`) in a group that runs it every MAS_SLEEPTIME_FREQUENCY turns;
+  the companions get `message_buffer_autoclear` (the seed system's finding: accumulated history made
+  them ignore their instructions), and instructions to keep the JSON blocks valid.
+
+`provision` is idempotent and serialized across processes by an advisory lock in the studio's own
+database; a second run creates nothing and only repairs what drifted (a detached block, sleeptime off,
+autoclear off, another frequency).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from mas import db, locks, names
+from mas.agents.letta.client import client, translated
+from mas.agents.letta.errors import LettaRejected
+from mas.agents.letta.prompts import SLEEPTIME_PERSONA, SLEEPTIME_PERSONA_LABEL, system_prompt
+from mas.agents.letta.server import (
+    ROLES,
+    TAG,
+    block_text,
+    blocks_by_label,
+    find_agent,
+    set_sleeptime_frequency,
+    sleeptime_group,
+)
+from mas.config import Settings
+from mas.memory.blocks import defaults
+from mas.singletons import per_process
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentIds:
+    """One provisioned role agent and its sleeptime companions."""
+
+    role: str
+    id: str
+    group_id: str | None
+    sleeptime_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provisioned:
+    """What is on the server now, and what this call created or repaired."""
+
+    blocks: dict[str, str]  # label -> block id
+    agents: dict[str, AgentIds]  # role -> ids
+    created: list[str] = field(default_factory=list)  # "block user_style", "agent director"
+    changed: list[str] = field(default_factory=list)  # "director: attached block ab_testing", ...
+
+
+def _ids(role: str, agent) -> AgentIds:
+    group = sleeptime_group(agent)
+    return AgentIds(
+        role=role, id=agent.id, group_id=group.id if group else None,
+        sleeptime_ids=tuple(group.agent_ids) if group else (),
+    )
+
+
+def find(settings: Settings, *, api=None) -> Provisioned | None:
+    """What is provisioned, found by name and tag; None if any block or agent is missing."""
+    api = api or client(settings)
+    blocks = blocks_by_label(api)
+    if any(not found for found in blocks.values()):
+        return None
+    agents = {}
+    for role in ROLES:
+        agent = find_agent(api, role)
+        if agent is None or not sleeptime_group(agent):
+            return None
+        agents[role] = _ids(role, agent)
+    return Provisioned(blocks={label: found[0].id for label, found in blocks.items()}, agents=agents)
+
+
+def provision(settings: Settings, *, api=None, lock: bool = True) -> Provisioned:
+    """Create what is missing and repair what drifted; the same result, and nothing new, when run again.
+
+    `lock` serializes concurrent provisioning (say two workers starting at once) on an advisory lock in
+    the studio's PostgreSQL; pass False where no studio database is reachable.
+    """
+    api = api or client(settings)
+    if lock:
+        with locks.held(db.ready_engine(settings), names.LETTA_PROVISION_LOCK):
+            return _provision(settings, api)
+    return _provision(settings, api)
+
+
+def _provision(settings: Settings, api) -> Provisioned:
+    created: list[str] = []
+    changed: list[str] = []
+    blocks: dict[str, str] = {}
+    for label, found in blocks_by_label(api).items():
+        if found:
+            if len(found) > 1:
+                log.warning("%d Letta blocks labelled %r carry tag %r; using %s", len(found), label, TAG, found[0].id)
+            blocks[label] = found[0].id
+            continue
+        with translated(f"creating block {label}"):
+            block = api.blocks.create(
+                label=label, value=block_text(defaults(label, settings)), limit=settings.core_block_max_chars,
+                tags=[TAG], description=f"{label}: one JSON object (Appendix B schema); keep it valid JSON.",
+            )
+        blocks[label] = block.id
+        created.append(f"block {label}")
+        log.info("created Letta block %s (%s)", label, block.id)
+
+    agents: dict[str, AgentIds] = {}
+    for role in ROLES:
+        agent = find_agent(api, role)
+        fresh = agent is None
+        if fresh:
+            with translated(f"creating agent {role}"):
+                agent = api.agents.create(
+                    name=role, model=settings.letta_model, embedding=settings.letta_embedding,
+                    system=system_prompt(role), block_ids=list(blocks.values()),
+                    tags=[TAG, f"{TAG}:{role}"], enable_sleeptime=True, description=f"mas {role}",
+                )
+            created.append(f"agent {role}")
+            log.info("created Letta agent %s (%s)", role, agent.id)
+            agent = find_agent(api, role) or agent
+        # a new agent's companion is set up here too; that is part of creating it, not a repair
+        agents[role] = _repair(settings, api, role, agent, blocks, [] if fresh else changed)
+    return Provisioned(blocks=blocks, agents=agents, created=created, changed=changed)
+
+
+def _repair(settings: Settings, api, role: str, agent, blocks: dict[str, str], changed: list[str]) -> AgentIds:
+    """Bring one found agent to the wanted state; note each change."""
+    attached = {b.id for b in (agent.blocks or [])}
+    for label, block_id in blocks.items():
+        if block_id not in attached:
+            with translated(f"attaching block {label} to {role}"):
+                api.agents.blocks.attach(block_id, agent_id=agent.id)
+            changed.append(f"{role}: attached block {label}")
+    if not sleeptime_group(agent):
+        with translated(f"enabling sleeptime on {role}"):
+            api.agents.update(agent.id, enable_sleeptime=True)
+        changed.append(f"{role}: enabled sleeptime")
+        agent = find_agent(api, role)
+        if agent is None or not sleeptime_group(agent):
+            raise LettaRejected(f"enabling sleeptime on {role} made no sleeptime group")
+    group = sleeptime_group(agent)
+    if group.sleeptime_agent_frequency != settings.sleeptime_frequency:
+        set_sleeptime_frequency(api, group.id, settings.sleeptime_frequency)
+        changed.append(f"{role}: sleeptime frequency {group.sleeptime_agent_frequency} -> {settings.sleeptime_frequency}")
+    for sleeptime_id in group.agent_ids:
+        _repair_companion(api, role, sleeptime_id, blocks, changed)
+    return _ids(role, agent)
+
+
+def _repair_companion(api, role: str, sleeptime_id: str, blocks: dict[str, str], changed: list[str]) -> None:
+    """Autoclear on, every shared block attached, the studio's instructions in its persona."""
+    with translated(f"reading sleeptime agent of {role}"):
+        companion = api.agents.retrieve(sleeptime_id, include=["agent.blocks"])
+    if not companion.message_buffer_autoclear:
+        with translated(f"enabling autoclear on {companion.name}"):
+            api.agents.update(sleeptime_id, message_buffer_autoclear=True)
+        changed.append(f"{companion.name}: message_buffer_autoclear on")
+    companion_blocks = {b.label: b for b in (companion.blocks or [])}
+    for label, block_id in blocks.items():
+        if label not in companion_blocks:
+            with translated(f"attaching block {label} to {companion.name}"):
+                api.agents.blocks.attach(block_id, agent_id=sleeptime_id)
+            changed.append(f"{companion.name}: attached block {label}")
+    persona = companion_blocks.get(SLEEPTIME_PERSONA_LABEL)
+    if persona is not None and persona.value != SLEEPTIME_PERSONA:
+        with translated(f"instructing {companion.name}"):
+            api.agents.blocks.update(SLEEPTIME_PERSONA_LABEL, agent_id=sleeptime_id, value=SLEEPTIME_PERSONA)
+        changed.append(f"{companion.name}: instructions set")
+
+
+# --- the crew a process talks to -----------------------------------------------------------------------
+
+
+@per_process(key=lambda settings: settings.letta_url)
+def _known_crew(settings: Settings) -> Provisioned:
+    api = client(settings)
+    return find(settings, api=api) or provision(settings, api=api)
+
+
+def crew(settings: Settings, *, refresh: bool = False) -> Provisioned:
+    """The provisioned ids on this server, looked up once per process (provisioned if missing).
+
+    `refresh` looks them up again: for a caller that found an agent or block gone from the server.
+    """
+    if refresh:
+        _known_crew.forget()
+    return _known_crew(settings)
+
+
+def forget() -> None:
+    """Drop the ids this process looked up, so the next call looks them up again."""
+    _known_crew.forget()

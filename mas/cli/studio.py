@@ -1,0 +1,121 @@
+"""Running the studio: the services, each kind of process on its own, or everything at once (`mas run`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.table import Column, Table
+
+from mas import foreground, processes, services
+from mas.cli.context import console, ready
+from mas.config import Settings
+
+READY_HINT = 'Queue work from another terminal, e.g. mas enqueue --wait "Create 3 videos of dragons"; Ctrl-C stops it all.'
+
+
+@click.command()
+@click.option("--concurrency", type=int, default=None, help="cpu worker processes (default MAS_CPU_CONCURRENCY).")
+@click.option("--loglevel", default="INFO", show_default=True)
+@click.option(
+    "--grace", type=float, default=30.0, show_default=True,
+    help="Seconds running tasks get to finish when stopping, before they are cut off.",
+)
+@click.pass_obj
+def run(settings: Settings, concurrency: int | None, loglevel: str, grace: float) -> None:
+    """Run the whole studio in this terminal: services, a cpu worker, a gpu worker and beat.
+
+    Their logs are interleaved here, each line labelled; Ctrl-C stops them all.
+    """
+    ready(settings)
+    foreground.run_studio(settings, concurrency=concurrency, loglevel=loglevel, grace_s=grace, ready_message=READY_HINT)
+    if settings.embedded_database or settings.embedded_broker:
+        console.print("postgres and redis keep running for other mas commands; `mas down` stops them", soft_wrap=True)
+
+
+@click.command()
+@click.pass_obj
+def up(settings: Settings) -> None:
+    """Start the embedded PostgreSQL and Redis (if no URLs are set) and apply migrations."""
+    ready(settings)
+    _print_services(settings)
+
+
+@click.command()
+@click.pass_obj
+def down(settings: Settings) -> None:
+    """Stop the embedded PostgreSQL and Redis."""
+    stopped = services.down(settings)
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing embedded was running")
+
+
+@click.command(name="services")
+@click.pass_obj
+def services_command(settings: Settings) -> None:
+    """Show which services are used, where, and whether they answer."""
+    _print_services(settings)
+
+
+def _print_services(settings: Settings) -> None:
+    table = Table("service", "mode", "running", Column("url", overflow="fold"), "pid", Column("data", overflow="fold"))
+    for info in services.describe(settings):
+        table.add_row(info.name, info.mode, "yes" if info.running else "no", info.url, str(info.pid or ""), info.data)
+    console.print(table)
+
+
+def _exec(argv: list[str]) -> None:
+    """Replace this process with `argv`, so signals and the exit status are that process's own."""
+    sys.stdout.flush()
+    os.execv(argv[0], argv)
+
+
+@click.command()
+@click.option(
+    "--queue", type=click.Choice(["cpu", "gpu"]), required=True,
+    help="Which work to take: cpu (agent steps) or gpu (renders and gradings, queues gpu and gpu-grade).",
+)
+@click.option("--concurrency", type=int, default=None, help="cpu processes (gpu is always 1).")
+@click.option("--loglevel", default="INFO", show_default=True)
+@click.option("--name", default=None, help="Worker node name (default QUEUE@hostname).")
+@click.pass_obj
+def worker(settings: Settings, queue: str, concurrency: int | None, loglevel: str, name: str | None) -> None:
+    """Start a worker. A gpu worker runs one task at a time, fetches one at a time, acks late."""
+    ready(settings)
+    _exec(processes.worker_argv(settings, queue, concurrency=concurrency, loglevel=loglevel, name=name))
+
+
+@click.command()
+@click.option("--loglevel", default="INFO", show_default=True)
+@click.pass_obj
+def beat(settings: Settings, loglevel: str) -> None:
+    """Start Celery beat with the schedule of beat_schedule.py."""
+    ready(settings)
+    _exec(processes.beat_argv(settings, loglevel=loglevel))
+
+
+@click.command()
+@click.option("--address", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=5555, show_default=True)
+@click.pass_obj
+def flower(settings: Settings, address: str, port: int) -> None:
+    """Start Flower. Beyond loopback it requires MAS_FLOWER_USER and MAS_FLOWER_PASSWORD."""
+    _exec(processes.flower_argv(settings, address=address, port=port))
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True)
+@click.pass_obj
+def serve(settings: Settings, host: str, port: int) -> None:
+    """Open the web gallery: watch videos, compare A/B variations, pick winners.
+
+    Beyond loopback it requires MAS_GALLERY_USER and MAS_GALLERY_PASSWORD.
+    """
+    from mas.gallery import serve as serve_gallery
+
+    ready(settings)
+    serve_gallery(settings, host=host, port=port)
+
+
+COMMANDS = [run, up, down, services_command, worker, beat, flower, serve]

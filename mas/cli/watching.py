@@ -1,0 +1,105 @@
+"""Watching work: a batch's progress (once, or live until it is done), the videos, waiting gpu work."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from mas.cli.context import console, ready
+from mas.cli.output import print_files, print_whole
+from mas.config import Settings
+from mas.models import BatchStatus
+from mas.states import TERMINAL
+
+FINISHED = (BatchStatus.done, BatchStatus.cancelled)
+
+
+@click.command()
+@click.argument("batch", type=int, required=False)
+@click.option("--follow", is_flag=True, help="Keep showing progress until the batch is done.")
+@click.pass_obj
+def status(settings: Settings, batch: int | None, follow: bool) -> None:
+    """Show a batch's progress (default: the latest batch) and the gpu work waiting."""
+    from mas import queries
+
+    ready(settings)
+    if follow:
+        follow_batch(settings, batch)
+    else:
+        shown = _batch(settings, batch)
+        console.print(_batch_view(shown))
+        print_files(shown.videos)
+    gpu = queries.gpu_summary(settings)
+    console.print(f"gpu queue: {gpu.renders_waiting} renders and {gpu.gradings_waiting} gradings waiting")
+    if gpu.residency is not None:
+        r = gpu.residency
+        console.print(
+            f"gpu models: {r.loads} loads, {r.evictions} evictions, {r.swaps} swaps, "
+            f"resident: {', '.join(r.resident) or 'none'}"
+        )
+
+
+def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.0) -> None:
+    """Show the batch live until it is done or cancelled, then its files."""
+    from mas import queries
+
+    batch = _batch(settings, batch_id)
+    with Live(_batch_view(batch), console=console, refresh_per_second=4) as live:
+        while batch.status not in FINISHED:
+            time.sleep(poll_s)
+            batch = queries.batch_overview(settings, batch.id)
+            live.update(_batch_view(batch))
+    if not console.is_terminal:  # Live ends its last line only on a terminal
+        console.line()
+    print_files(batch.videos)
+
+
+def _batch(settings: Settings, batch_id: int | None):
+    from mas import queries
+
+    batch = queries.batch_overview(settings, batch_id)
+    if batch is None:
+        raise click.ClickException(f"no batch {batch_id}" if batch_id else "no batches yet: queue one with `mas enqueue`")
+    return batch
+
+
+def _batch_view(batch) -> Group:
+    """Header, progress bar and the videos (their files are printed whole after the table)."""
+    done = sum(v.state in TERMINAL for v in batch.videos)
+    header = Text(f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}")
+    bar = Table.grid()  # a grid ends its line: a bare progress bar would run on into the table below
+    bar.add_row(ProgressBar(total=max(batch.total, 1), completed=done, width=60))
+    table = Table("video", "state", "attempts", "grade", "concept")
+    for v in batch.videos:
+        table.add_row(str(v.id), v.state.value, str(v.attempt_count), v.grade or "", v.concept)
+    return Group(header, bar, table)
+
+
+@click.command()
+@click.option("--batch", type=int, default=None, help="Only this batch's videos.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.pass_obj
+def videos(settings: Settings, batch: int | None, limit: int) -> None:
+    """List finished and running videos with their grades and files."""
+    from mas import queries
+
+    ready(settings)
+    rows = queries.recent_videos(settings, batch=batch, limit=limit)
+    if not rows:
+        console.print("no videos yet" if batch is None else f"batch {batch} has no videos")
+        return
+    table = Table("video", "batch", "state", "grade", "attempts")
+    for v in rows:
+        table.add_row(str(v.id), str(v.batch_id), v.state.value, v.grade or "", str(v.attempt_count))
+    console.print(table)
+    print_files(rows)
+    print_whole(f"videos are written under {settings.videos_dir}")
+
+
+COMMANDS = [status, videos]

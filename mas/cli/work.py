@@ -1,0 +1,183 @@
+"""Putting work in: requests, series, A/B tests and picks, taste, resumed and scheduled batches, recovery."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import click
+from rich.table import Table
+
+from mas.cli.context import console, ready
+from mas.cli.output import print_block
+from mas.cli.watching import follow_batch
+from mas.config import Settings
+from mas.requests import parse_request
+
+
+@click.command()
+@click.argument("request")
+@click.option("--wait", is_flag=True, help="Follow the batch until every video is done.")
+@click.option("--at", "at", default=None, metavar="HH:MM", help="Start at this local time (next occurrence).")
+@click.pass_obj
+def enqueue(settings: Settings, request: str, wait: bool, at: str | None) -> None:
+    """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
+    from mas import production
+
+    if at is None:
+        _submit(settings, request, wait=wait)
+        return
+    run_at = _next_time(at)
+    parsed = parse_request(request, settings)
+    ready(settings)
+    schedule_id = production.schedule(settings, parsed, run_at=run_at)
+    console.print(
+        f"schedule {schedule_id}: {request!r} starts at {run_at.astimezone():%Y-%m-%d %H:%M %Z} (needs beat: `mas run`)"
+    )
+
+
+def _next_time(text: str) -> datetime:
+    """The next local occurrence of HH:MM, as an aware datetime."""
+    try:
+        hour, minute = (int(part) for part in text.split(":"))
+        now = datetime.now().astimezone()
+        run_at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    except ValueError:
+        raise click.ClickException(f"--at wants a time as HH:MM (24 h), got {text!r}") from None
+    return run_at if run_at > now else run_at + timedelta(days=1)
+
+
+def _submit(settings: Settings, request: str, *, wait: bool) -> None:
+    """Queue `request` (refused before anything starts when it can't be read); follow it if asked."""
+    from mas import production
+
+    parsed = parse_request(request, settings)
+    ready(settings)
+    batch_id = production.submit(settings, parsed)
+    console.print(f"batch {batch_id}: {parsed.count} x {parsed.kind} of {parsed.theme!r} queued")
+    if wait:
+        follow_batch(settings, batch_id)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--episodes", type=int, default=3, show_default=True, help="Episodes to make now.")
+@click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
+@click.pass_obj
+def series(settings: Settings, name: str, episodes: int, wait: bool) -> None:
+    """Make (or continue) a series: episodes keep its style and consistency rules across sessions."""
+    _submit(settings, f"Create a {episodes}-part {name} series", wait=wait)
+
+
+@click.command()
+@click.argument("concept")
+@click.option("--variations", type=int, default=3, show_default=True)
+@click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
+@click.pass_obj
+def ab(settings: Settings, concept: str, variations: int, wait: bool) -> None:
+    """Render variations of one concept; then choose the winner with `mas pick TEST LABEL`."""
+    _submit(settings, f'Generate {variations} variations of "{concept}"', wait=wait)
+
+
+@click.command()
+@click.argument("test", type=int)
+@click.argument("label")
+@click.pass_obj
+def pick(settings: Settings, test: int, label: str) -> None:
+    """Choose the winning variation of A/B test TEST (label A, B, ...)."""
+    from mas import preferences
+
+    ready(settings)
+    value = preferences.pick(settings, test, label)
+    console.print(f"test {test}: {label.upper()} recorded as the winner")
+    print_block("ab_testing", value)
+
+
+@click.command()
+@click.argument("feedback")
+@click.pass_obj
+def style(settings: Settings, feedback: str) -> None:
+    """Teach the studio your taste, e.g. "I prefer dark moody aesthetics with purple and blue tones"."""
+    from mas import preferences
+
+    ready(settings)
+    print_block("user_style", preferences.learn_style(settings, feedback))
+
+
+@click.command()
+@click.option("--yes", is_flag=True, help="Resume without asking.")
+@click.pass_obj
+def resume(settings: Settings, yes: bool) -> None:
+    """Offer and restart the work a previous session left pending."""
+    from mas import production, queries
+
+    ready(settings)
+    pending = queries.pending_work(settings)
+    if not pending:
+        console.print("nothing to resume: no pending work")
+        return
+    for work in pending:
+        console.print(f"pending: batch {work['batch_id']}: {work['request']}")
+    if not yes and not click.confirm("resume these now?", default=True):
+        console.print("left pending")
+        return
+    production.resume([work["batch_id"] for work in pending])
+    console.print(f"resumed {len(pending)} batch(es); follow with `mas status --follow`")
+
+
+@click.group(name="schedule")
+def schedule_group() -> None:
+    """Overnight batches: list them, cancel one."""
+
+
+@schedule_group.command("list")
+@click.pass_obj
+def schedule_list(settings: Settings) -> None:
+    """Show scheduled, sent and cancelled batches."""
+    from mas import queries
+
+    ready(settings)
+    rows = queries.schedules(settings)
+    if not rows:
+        console.print('nothing scheduled: use `mas enqueue --at HH:MM "..."`')
+        return
+    table = Table("id", "runs at", "status", "batch", "request")
+    for row in rows:
+        table.add_row(
+            str(row.id), f"{row.run_at.astimezone():%Y-%m-%d %H:%M}", row.status, str(row.batch_id or ""), row.request
+        )
+    console.print(table)
+
+
+@schedule_group.command("cancel")
+@click.argument("schedule_id", type=int)
+@click.pass_obj
+def schedule_cancel(settings: Settings, schedule_id: int) -> None:
+    """Cancel a scheduled batch that has not started."""
+    from mas import production
+
+    ready(settings)
+    if not production.cancel_schedule(settings, schedule_id):
+        raise click.ClickException(
+            f"no pending schedule {schedule_id} (already run, cancelled or unknown); nothing changed"
+        )
+    console.print(f"schedule {schedule_id} cancelled")
+
+
+@click.command()
+@click.pass_obj
+def recover(settings: Settings) -> None:
+    """Rebuild the queues from Postgres after the broker lost its data (safe to run any time).
+
+    Runs on a cpu worker, which sees what every worker holds; start one first if none runs.
+    """
+    from mas import remote
+
+    ready(settings)
+    report = remote.request_recover()
+    console.print(
+        f"re-planned {len(report['replanned'])} batch(es), re-sent {len(report['resent'])} video(s); "
+        "anything still queued or running was left alone"
+    )
+
+
+COMMANDS = [enqueue, series, ab, pick, style, resume, schedule_group, recover]

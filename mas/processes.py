@@ -1,0 +1,48 @@
+"""The command lines of the studio's long-running processes: a cpu or gpu worker, beat, Flower.
+
+One place for their flags, so `mas worker`, `mas beat`, `mas flower` and `mas run` start the same
+processes. Each is Celery run by this interpreter (`python -m celery`), so it sees the same packages.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from mas import names
+from mas.config import Settings, is_loopback
+from mas.errors import InvalidSettings
+
+
+def _celery(*args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", *args]
+
+
+def worker_argv(
+    settings: Settings, kind: str, *, concurrency: int | None = None, loglevel: str = "INFO", name: str | None = None
+) -> list[str]:
+    """A worker of `kind` ("cpu" or "gpu"). A gpu worker runs one task at a time; every worker fetches one
+    message at a time and acknowledges it late."""
+    processes = 1 if kind == "gpu" else (concurrency or settings.cpu_concurrency)
+    return _celery(
+        "-A", "mas", "worker", "-Q", ",".join(names.WORKER_QUEUES[kind]), "-c", str(processes),
+        "--prefetch-multiplier", "1", "-n", name or f"{kind}@%h", "-l", loglevel, "-E",
+    )
+
+
+def beat_argv(settings: Settings, *, loglevel: str = "INFO") -> list[str]:
+    """Beat with the table of `beat_schedule.py`, its state file in the data folder."""
+    schedule_file = settings.data_dir.resolve() / "celerybeat-schedule"
+    return _celery("-A", "beat_schedule:app", "beat", "-l", loglevel, "-s", str(schedule_file))
+
+
+def flower_argv(settings: Settings, *, address: str, port: int) -> list[str]:
+    """Flower on `address`; beyond loopback only with basic auth (MAS_FLOWER_USER, MAS_FLOWER_PASSWORD)."""
+    auth = None
+    if settings.flower_user and settings.flower_password:
+        auth = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
+    if auth is None and not is_loopback(address):
+        raise InvalidSettings(
+            f"refusing to serve Flower on {address} without auth: set MAS_FLOWER_USER and MAS_FLOWER_PASSWORD"
+        )
+    argv = _celery("-A", "mas", "flower", f"--address={address}", f"--port={port}")
+    return [*argv, f"--basic-auth={auth}"] if auth else argv

@@ -1,0 +1,54 @@
+"""Work done now on a running worker, and waited for: recovery on a cpu worker, a regrade or a Tuner run
+on the gpu worker (where the models live).
+
+A worker that does not answer in time, or a task that fails there, comes back as one studio error whose
+message says what happened and what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.exceptions import TimeoutError as ResultTimeout
+
+from mas import names
+from mas.celery_app import app
+from mas.errors import PeerUnavailable, PermanentError
+
+
+class NoWorkerAnswered(PeerUnavailable, TimeoutError):
+    """No worker took the task in time; it stays queued and runs when one starts."""
+
+
+class TaskFailed(PermanentError):
+    """The task ran on a worker and raised; the message carries the worker's error."""
+
+
+def _run_on_worker(task: str, *args: Any, kind: str, timeout: float) -> Any:
+    result = app.send_task(task, args=list(args))
+    try:
+        answer = result.get(timeout=timeout, propagate=False)
+    except ResultTimeout:
+        raise NoWorkerAnswered(
+            f"no {kind} worker answered within {int(timeout)} s: start one with `mas run` "
+            f"(or `mas worker --queue {kind}`); the request stays queued until one does"
+        ) from None
+    if result.failed():
+        raise TaskFailed(f"{task} failed on the {kind} worker: {type(answer).__name__}: {answer}")
+    return answer
+
+
+def request_recover(*, timeout: float = 120) -> dict:
+    """Rebuild the queues from Postgres (safe any time); a cpu worker does it, as it sees what every worker
+    holds. Returns the ids re-planned and re-sent."""
+    return _run_on_worker(names.RECOVER, kind="cpu", timeout=timeout)
+
+
+def regrade(video_id: int, *, timeout: float = 600) -> dict:
+    """Grade a video again with the configured grader; the per-axis report, nothing stored."""
+    return _run_on_worker(names.REGRADE, video_id, kind="gpu", timeout=timeout)
+
+
+def tune(*, dry_run: bool = False, timeout: float = 1800) -> dict:
+    """Run the Tuner now; its report (pairs, training, held-out accuracy, promotion)."""
+    return _run_on_worker(names.TUNE, dry_run, kind="gpu", timeout=timeout)
