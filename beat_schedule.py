@@ -16,9 +16,12 @@ SCHEDULE = {
     # Sleeptime consolidation also runs every N finished videos; this hourly run catches quiet periods
     # so LAST_ACTIVITY and LAST_SESSION_SUMMARY never go stale.
     "sleeptime-consolidation": {"task": names.CONSOLIDATE, "schedule": crontab(minute=0)},
-    # Lost messages (a wiped broker, a worker killed mid-task) are re-sent from Postgres; videos with no
-    # progress for MAS_STUCK_AFTER_SECONDS are skipped and recorded, and the batch goes on.
-    "reconcile-and-unstick": {"task": names.RECONCILE, "schedule": 60.0},
+    # Lost messages (a wiped broker, a worker killed mid-task) are re-sent from Postgres: a video is lost
+    # when no message carries it and no step of it has a live lease (MAS_LEASE_EXPIRY_SECONDS).
+    "reconcile": {
+        "task": names.RECONCILE, "schedule": app.settings.reconcile_every_seconds,
+        "options": {"expires": app.settings.reconcile_every_seconds},  # a late run is dropped, not stacked
+    },
     # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.
     "run-scheduled-batches": {"task": names.RUN_SCHEDULES, "schedule": 30.0},
     # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);

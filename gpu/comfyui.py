@@ -5,29 +5,29 @@ MAS_COMFYUI_NODES, runs it through `ComfyUIClient` (MAS_COMFYUI_URL) and streams
 into the path the studio chose. A wrong template or node map fails when the backend is built, not
 mid-batch.
 
-Stopping a render. Celery's `revoke(terminate=True)` sends SIGTERM to the pool process running the task;
-the gpu task turns it into an exception around the backend call, and the client cancels the render on the
-server when such an exception passes through it:
+A render runs under the attempt's render id as ComfyUI's prompt id, so an attempt rendered again after a
+crash follows or collects the prompt it already started instead of rendering again (see
+`gpu.comfyui_client`).
 
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        backend(prompt=..., ...)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-Code running elsewhere (another thread, a `task_revoked` handler in the same process) calls
-`backend.interrupt()` instead, which stops the render in flight and makes the call raise.
+Stopping a render: the caller's `should_stop()` is polled while the render runs, and when it answers
+True the prompt is taken off ComfyUI's queue or interrupted, by its id, and the call raises
+`RenderStopped`; the worker process and its resident models stay. Code running elsewhere (another thread,
+a signal handler) calls `backend.interrupt()` instead, which stops the render in flight and makes the call
+raise. A render left by any other exception (a SIGTERM turned into SystemExit, Celery's soft time limit)
+is stopped on the server too.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu.comfyui_client import ComfyUIClient, ComfyUIError, Health
+from gpu.comfyui_client import ComfyUIClient, Health
+from gpu.comfyui_errors import ComfyUIError
 from gpu.interfaces import Progress
 from mas.config import Settings
 from mas.errors import InvalidSettings
@@ -157,15 +157,20 @@ class ComfyUIBackend:
         }
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, progress: Progress | None = None
+        self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, render_id: str,
+        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
     ) -> Path:
-        """Render `prompt` into `output`; a template without a negative_prompt slot ignores the negative."""
+        """Render `prompt` into `output` as ComfyUI prompt `render_id` (or collect that prompt's render);
+        a template without a negative_prompt slot ignores the negative."""
         values = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": seed, **self.size}
-        entry = self.client.render(self.workflow.fill(values), progress=progress, timeout=self.timeout)
+        entry = self.client.render(
+            self.workflow.fill(values), prompt_id=render_id, progress=progress, timeout=self.timeout,
+            should_stop=should_stop,
+        )
         return self.client.download(self._saved_file(entry), output)
 
     def interrupt(self) -> None:
-        """Stop the render in flight, if any; see the module docstring for revoked tasks."""
+        """Stop the render in flight, if any, from another thread or a signal handler."""
         self.client.interrupt()
 
     def free(self, *, unload_models: bool = True, free_memory: bool = True) -> None:

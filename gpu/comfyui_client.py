@@ -1,23 +1,22 @@
-"""ComfyUI's HTTP and websocket API, as the studio uses it: submit, follow, fetch, stop, free, health.
+"""ComfyUI's HTTP and websocket API, as the studio uses it: submit, find, follow, fetch, stop, free, health.
 
-A render submits an API-format workflow (POST /prompt), follows it over the websocket /ws, falling back to
-polling GET /history/{id} when the websocket can't be had or drops, and the caller fetches the output file
-from GET /view. File names the server reports are only ever sent back to it as query parameters, never
-used as local paths. Connection errors and HTTP 5xx are retried with exponential backoff.
+A render runs under a prompt id the studio chooses (ComfyUI takes a client-chosen `prompt_id` and does not
+de-duplicate), so a render started again after a crash first asks the server about that id: a prompt that
+ended well is not run again, one running or waiting in the queue is followed to its end, one that failed
+or that the server never saw is submitted. A render is followed over the websocket /ws (a followed prompt's
+events go to the session of the client that submitted it, which the follower takes over), falling back to
+polling GET /history/{id} when the websocket can't be had, drops or goes quiet; the caller fetches the
+output file from GET /view. File names the server reports are only ever sent back to it as query
+parameters, never used as local paths. Connection errors and HTTP 5xx are retried with exponential backoff.
 
-Stopping a render. A render that outlives its timeout is removed from ComfyUI's queue and interrupted, and
-so is one left by any exception that is not ComfyUI's own (Celery's SoftTimeLimitExceeded, SystemExit,
-KeyboardInterrupt), so the GPU does not go on rendering a video nobody will collect. Code running
-elsewhere (another thread, a signal handler) calls `interrupt()`, which stops the render in flight and
-makes `render` raise.
+Stopping a render. `should_stop()` is polled while a render runs; when it answers True the prompt is taken
+off the queue (pending) or interrupted (running), by its id, and the render raises `RenderStopped`. A
+render that outlives its timeout (`ComfyUITimeout`), or that any exception not ComfyUI's own leaves
+(Celery's SoftTimeLimitExceeded, SystemExit, KeyboardInterrupt), is stopped the same way, so the GPU does
+not go on rendering a video nobody will collect. Code running elsewhere (another thread, a signal
+handler) calls `interrupt()`, which stops the render in flight and makes `render` raise.
 
-Errors, by what trying again can do: a server that does not answer (`ComfyUIUnavailable`) or a render
-that ran out of time (`ComfyUITimeout`, queue waits included) may go through later; so may a render that
-failed on the server (`ComfyUIRenderFailed`): what fails there is mostly the moment (out of GPU memory
-while another process holds it, an interrupt from another client, a restart), since the server checks a
-workflow's nodes, inputs and models when it is submitted, and the step's retries are few. A refused
-workflow (`ComfyUIRejected`) and an answer that is not ComfyUI's (`ComfyUIBadReply`) fail the same way
-every time.
+The errors are the ComfyUIError family of `gpu.comfyui_errors`.
 """
 
 from __future__ import annotations
@@ -32,54 +31,27 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
-from gpu.interfaces import Progress
-from mas.errors import InvalidSettings, PermanentError, PeerUnavailable, RetryableError, StudioError
+from gpu.comfyui_errors import (ComfyUIBadReply, ComfyUIError, ComfyUITimeout, ComfyUIUnavailable,
+                                describe_node_errors, ended_well, execution_error, interruption, rejection,
+                                succeeded)
+from gpu.interfaces import STOP_POLL_SECONDS, Progress, check_stop
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-class ComfyUIError(StudioError):
-    """Talking to ComfyUI went wrong; the message says what to do about it."""
-
-
-class ComfyUIRejected(ComfyUIError, InvalidSettings):
-    """The server refused the workflow (HTTP 400): MAS_COMFYUI_WORKFLOW does not fit this server's nodes
-    and models, and sending the same workflow again cannot help."""
-
-    def __init__(self, message: str, *, node_errors: dict[str, Any]):
-        super().__init__(message)
-        self.node_errors = node_errors
-
-
-class ComfyUIUnavailable(ComfyUIError, PeerUnavailable):
-    """The server did not answer, or answered 5xx, on every try."""
-
-
-class ComfyUIRenderFailed(ComfyUIError, RetryableError):
-    """The server ran the workflow and a node failed, or the render was interrupted (see the module
-    docstring for why a later try can succeed)."""
-
-    def __init__(self, message: str, *, node_id: str | None = None):
-        super().__init__(message)
-        self.node_id = node_id
-
-
-class ComfyUITimeout(ComfyUIError, RetryableError, TimeoutError):
-    """The render outlived its timeout and was stopped on the server."""
-
-
-class ComfyUIBadReply(ComfyUIError, PermanentError):
-    """The server answered, but not as ComfyUI does: MAS_COMFYUI_URL names something else, or a file the
-    server reported cannot be fetched."""
+STOP_ROUNDS = 3
+"""How many times a prompt still listed after being stopped is stopped again."""
+STOP_SETTLE_SECONDS = 2.0
+"""How long a stopped prompt may stay listed before it is stopped again (a node ends its step first)."""
+STOP_CHECK_SECONDS = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +70,16 @@ class Health:
     devices: tuple[Device, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Found:
+    """Where the server has a prompt: `ended` (with its /history entry), `running` or `pending` (with the
+    client id of the session its events go to) or `unknown`."""
+
+    state: Literal["ended", "running", "pending", "unknown"]
+    entry: dict[str, Any] | None = None
+    client_id: str | None = None
+
+
 class ComfyUIClient:
     """ComfyUI's HTTP and websocket API, retrying transient failures (connection errors, HTTP 5xx).
 
@@ -106,12 +88,7 @@ class ComfyUIClient:
     """
 
     def __init__(
-        self,
-        *,
-        url: str,
-        retries: int = 3,
-        backoff_seconds: float = 0.5,
-        poll_seconds: float = 2.0,
+        self, *, url: str, retries: int = 3, backoff_seconds: float = 0.5, poll_seconds: float = 2.0,
         request_seconds: float = 30.0,
     ):
         self.url = url.rstrip("/")
@@ -123,32 +100,80 @@ class ComfyUIClient:
         self.prompt_id: str | None = None  # the render in flight
 
     # --- one render ------------------------------------------------------------------------------
-    def render(self, workflow: dict[str, Any], *, progress: Progress | None, timeout: float) -> dict[str, Any]:
-        """Run `workflow` to a successful end and return its /history entry (outputs and status)."""
+    def render(
+        self, workflow: dict[str, Any], *, prompt_id: str, progress: Progress | None, timeout: float,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Bring prompt `prompt_id` (running `workflow`) to a successful end; its /history entry."""
         deadline = time.monotonic() + timeout
-        with self._events() as events:  # opened before submitting, so no event of this prompt is missed
-            prompt_id = self.submit(workflow)
-            self.prompt_id = prompt_id
-            try:
+        try:
+            check_stop(should_stop, f"ComfyUI prompt {prompt_id}")
+            found = self.find(prompt_id)
+            if found.entry is not None:
+                if ended_well(found.entry):
+                    return found.entry  # rendered already: no new render
+                self.forget(prompt_id)  # its failed entry would otherwise answer for the new run
+            queued = found.state in ("running", "pending")
+            # the websocket opens before submitting, so no event of this prompt is missed
+            with self._events(found.client_id if queued else None) as events:
+                if queued:
+                    log.info("following ComfyUI prompt %s (%s), not submitting it again", prompt_id, found.state)
+                else:
+                    self.submit(workflow, prompt_id=prompt_id)
+                self.prompt_id = prompt_id
                 if events is not None:
-                    self._follow(events, prompt_id, progress, deadline, timeout)
-                return _succeeded(self._await_history(prompt_id, deadline, timeout))
-            except BaseException as exc:
-                if isinstance(exc, ComfyUITimeout) or not isinstance(exc, ComfyUIError):
-                    self.cancel(prompt_id)
-                raise
-            finally:
-                self.prompt_id = None
+                    self._follow(events, prompt_id, progress, deadline, timeout, should_stop)
+                return succeeded(self._await_history(prompt_id, deadline, timeout, should_stop))
+        except BaseException as exc:
+            if isinstance(exc, ComfyUITimeout) or not isinstance(exc, ComfyUIError):
+                self.cancel(prompt_id)
+            raise
+        finally:
+            self.prompt_id = None
 
-    def submit(self, workflow: dict[str, Any]) -> str:
-        """Queue `workflow`; its id. A 400 (the server's validation failed) raises ComfyUIRejected."""
-        response = self._request("POST", "/prompt", body={"prompt": workflow, "client_id": self.client_id})
+    def submit(self, workflow: dict[str, Any], *, prompt_id: str) -> None:
+        """Queue `workflow` as `prompt_id`. A 400 (the server's validation failed) raises ComfyUIRejected.
+        A try whose answer was lost may have queued it, so the server is asked before each try again."""
+        body = {"prompt": workflow, "prompt_id": prompt_id, "client_id": self.client_id}
+        tries = 0
+
+        def send() -> httpx.Response | None:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and self.find(prompt_id).state != "unknown":
+                return None
+            response = httpx.request("POST", self.url + "/prompt", json=body, timeout=self.request_seconds)
+            if response.status_code >= 500:
+                response.raise_for_status()
+            return response
+
+        response = self._retrying("POST", "/prompt", send)
+        if response is None:
+            return
         if response.status_code == 400:
-            raise _rejected(_json_or_none(response) or {})
-        body = self._json(response, "POST /prompt")
-        if body.get("node_errors"):
-            log.warning("ComfyUI queued the workflow without some outputs: %s", _node_errors(body["node_errors"]))
-        return str(body["prompt_id"])
+            raise rejection(_json_or_none(response) or {})
+        reply = self._json(response, "POST /prompt")
+        if reply.get("node_errors"):
+            log.warning("ComfyUI queued the workflow without some outputs: %s",
+                        describe_node_errors(reply["node_errors"]))
+
+    def find(self, prompt_id: str) -> Found:
+        """Where the server has the prompt. /history, then /queue, then /history again: a prompt that ends
+        between the first two answers (the server writes its history before it leaves the queue) is in the
+        third, so `unknown` means the server never had it (or restarted since)."""
+        if (entry := self.history(prompt_id)) is not None:
+            return Found(state="ended", entry=entry)
+        if (queued := self._queued(prompt_id)) is not None:
+            return queued
+        if (entry := self.history(prompt_id)) is not None:
+            return Found(state="ended", entry=entry)
+        return Found(state="unknown")
+
+    def forget(self, prompt_id: str) -> None:
+        """Delete the prompt's /history entry."""
+        response = self._request("POST", "/history", body={"delete": [prompt_id]})
+        if response.status_code != 200:
+            raise ComfyUIBadReply(f"ComfyUI at {self.url} answered HTTP {response.status_code} to POST /history")
 
     def history(self, prompt_id: str) -> dict[str, Any] | None:
         """The prompt's /history entry, or None while it is queued or running."""
@@ -194,12 +219,30 @@ class ComfyUIClient:
             self.cancel(self.prompt_id)
 
     def cancel(self, prompt_id: str) -> None:
-        """Take the prompt off the queue if it is pending, and interrupt it if it is running (best effort)."""
-        for path, body in (("/queue", {"delete": [prompt_id]}), ("/interrupt", {"prompt_id": prompt_id})):
+        """Take the prompt off the queue if it is pending and interrupt it if it is running (best effort).
+
+        An interrupt that arrives as the server starts the prompt can be lost, so while the prompt is
+        still listed a moment later it is stopped again, a few times.
+        """
+        for _ in range(STOP_ROUNDS):
+            for path, body in (("/queue", {"delete": [prompt_id]}), ("/interrupt", {"prompt_id": prompt_id})):
+                try:
+                    self._request("POST", path, body=body, retries=0).raise_for_status()
+                except (ComfyUIError, httpx.HTTPError) as exc:
+                    log.warning("could not stop ComfyUI prompt %s (POST %s): %s", prompt_id, path, exc)
+                    return
+            settle = time.monotonic() + STOP_SETTLE_SECONDS
             try:
-                self._request("POST", path, body=body, retries=0).raise_for_status()
-            except (ComfyUIError, httpx.HTTPError) as exc:
-                log.warning("could not stop ComfyUI prompt %s (POST %s): %s", prompt_id, path, exc)
+                while self._queued(prompt_id) is not None:
+                    if time.monotonic() >= settle:
+                        break
+                    time.sleep(STOP_CHECK_SECONDS)
+                else:
+                    return
+            except ComfyUIError as exc:
+                log.warning("could not check that ComfyUI prompt %s stopped: %s", prompt_id, exc)
+                return
+        log.warning("ComfyUI prompt %s is still queued after %d stops", prompt_id, STOP_ROUNDS)
 
     def free(self, *, unload_models: bool = True, free_memory: bool = True) -> None:
         """Ask the server to unload its models and free its cache (it answers before memory is freed)."""
@@ -219,11 +262,14 @@ class ComfyUIClient:
 
     # --- plumbing --------------------------------------------------------------------------------
     @contextmanager
-    def _events(self) -> Iterator[ClientConnection | None]:
-        """The websocket of this client's events, or None (then the render polls /history)."""
+    def _events(self, client_id: str | None = None) -> Iterator[ClientConnection | None]:
+        """The websocket of session `client_id` (this client's by default), or None (then the render polls
+        /history). The server sends a prompt's events to the session of the client that submitted it, and
+        a new connection under that id takes the session over."""
         parts = urlsplit(self.url)
         scheme = "wss" if parts.scheme == "https" else "ws"
-        url = urlunsplit((scheme, parts.netloc, parts.path + "/ws", f"clientId={self.client_id}", ""))
+        session = f"clientId={client_id or self.client_id}"
+        url = urlunsplit((scheme, parts.netloc, parts.path + "/ws", session, ""))
         try:
             connection = connect(url, open_timeout=self.request_seconds, max_size=1 << 24)
         except (OSError, WebSocketException) as exc:
@@ -234,22 +280,28 @@ class ComfyUIClient:
             yield connection
 
     def _follow(
-        self, events: ClientConnection, prompt_id: str, progress: Progress | None, deadline: float, timeout: float
+        self, events: ClientConnection, prompt_id: str, progress: Progress | None, deadline: float, timeout: float,
+        should_stop: Callable[[], bool] | None,
     ) -> None:
         """Relay progress until the websocket says the prompt ended; return early if the socket drops."""
+        quiet_until = time.monotonic() + self.poll_seconds
         while True:
+            check_stop(should_stop, f"ComfyUI prompt {prompt_id}")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._timed_out(prompt_id, timeout)
             try:
-                message = events.recv(timeout=min(remaining, self.poll_seconds))
+                message = events.recv(timeout=min(remaining, self.poll_seconds, STOP_POLL_SECONDS))
             except TimeoutError:
-                if self.history(prompt_id) is not None:  # ended while the socket was quiet
-                    return
+                if time.monotonic() >= quiet_until:  # quiet: it may have ended, or its events go elsewhere
+                    if self.history(prompt_id) is not None:
+                        return
+                    quiet_until = time.monotonic() + self.poll_seconds
                 continue
             except ConnectionClosed as exc:
                 log.warning("ComfyUI websocket closed (%s); polling /history for prompt %s", exc, prompt_id)
                 return
+            quiet_until = time.monotonic() + self.poll_seconds
             if isinstance(message, bytes):
                 continue  # preview frames
             event = json.loads(message)
@@ -259,18 +311,33 @@ class ComfyUIClient:
             if kind == "progress" and progress is not None:
                 progress(int(data["value"]), int(data["max"]))
             elif kind == "execution_error":
-                raise _execution_error(data)
+                raise execution_error(data)
             elif kind == "execution_interrupted":
-                raise _interrupted(data)
+                raise interruption(data)
             elif kind == "executing" and data.get("node") is None:
                 return  # sent after the history entry is written (execution_success comes before it)
 
-    def _await_history(self, prompt_id: str, deadline: float, timeout: float) -> dict[str, Any]:
+    def _await_history(
+        self, prompt_id: str, deadline: float, timeout: float, should_stop: Callable[[], bool] | None
+    ) -> dict[str, Any]:
         while (entry := self.history(prompt_id)) is None:
             if time.monotonic() + self.poll_seconds > deadline:
                 raise self._timed_out(prompt_id, timeout)
-            time.sleep(self.poll_seconds)
+            wake = time.monotonic() + self.poll_seconds
+            while (left := wake - time.monotonic()) > 0:
+                check_stop(should_stop, f"ComfyUI prompt {prompt_id}")
+                time.sleep(min(left, STOP_POLL_SECONDS))
         return entry
+
+    def _queued(self, prompt_id: str) -> Found | None:
+        """The prompt as GET /queue lists it (running or pending, with its submitter's client id), or None."""
+        queue = self._json(self._request("GET", "/queue"), "GET /queue")
+        for state, key in (("running", "queue_running"), ("pending", "queue_pending")):
+            for item in queue.get(key) or []:  # [number, prompt_id, prompt, extra_data, outputs]
+                if isinstance(item, list) and len(item) > 1 and item[1] == prompt_id:
+                    extra = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
+                    return Found(state=state, client_id=extra.get("client_id"))
+        return None
 
     def _timed_out(self, prompt_id: str, timeout: float) -> ComfyUITimeout:
         return ComfyUITimeout(
@@ -322,61 +389,3 @@ def _json_or_none(response: httpx.Response) -> dict[str, Any] | None:
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
-
-
-def _node_errors(node_errors: dict[str, Any]) -> str:
-    lines = []
-    for node_id, info in node_errors.items():
-        for error in info.get("errors", []):
-            details = error.get("details")
-            lines.append(
-                f"node {node_id} ({info.get('class_type', '?')}): "
-                f"{f'{details}: ' if details else ''}{error.get('message', error.get('type', 'invalid'))}"
-            )
-    return "; ".join(lines)
-
-
-def _rejected(body: dict[str, Any]) -> ComfyUIRejected:
-    error = body.get("error") or {}
-    if isinstance(error, str):
-        error = {"message": error}
-    summary = ": ".join(str(part) for part in (error.get("type"), error.get("message")) if part)
-    if error.get("details"):
-        summary += f" ({error['details']})"
-    node_errors = body.get("node_errors") or {}
-    nodes = _node_errors(node_errors)
-    return ComfyUIRejected(
-        f"ComfyUI rejected the workflow ({summary or 'no reason given'})"
-        f"{': ' + nodes if nodes else ''}; check MAS_COMFYUI_WORKFLOW against this server's nodes and models",
-        node_errors=node_errors,
-    )
-
-
-def _execution_error(data: dict[str, Any]) -> ComfyUIRenderFailed:
-    node = data.get("node_id")
-    kind = data.get("exception_type") or "error"
-    message = str(data.get("exception_message") or "").strip()
-    return ComfyUIRenderFailed(
-        f"ComfyUI failed at node {node} ({data.get('node_type', '?')}): {kind}: {message}", node_id=node
-    )
-
-
-def _interrupted(data: dict[str, Any]) -> ComfyUIRenderFailed:
-    node = data.get("node_id")
-    return ComfyUIRenderFailed(
-        f"ComfyUI prompt {data.get('prompt_id')} was interrupted at node {node} ({data.get('node_type', '?')})",
-        node_id=node,
-    )
-
-
-def _succeeded(entry: dict[str, Any]) -> dict[str, Any]:
-    """The /history entry of a render that ended well; ComfyUIRenderFailed with the server's reason if not."""
-    status = entry.get("status") or {}
-    if status.get("status_str") == "error" or status.get("completed") is False:
-        for kind, data in status.get("messages") or []:
-            if kind == "execution_error":
-                raise _execution_error(data)
-            if kind == "execution_interrupted":
-                raise _interrupted(data)
-        raise ComfyUIRenderFailed(f"ComfyUI reports the render as {status.get('status_str', 'unfinished')}")
-    return entry

@@ -10,7 +10,9 @@ written as H.264 with imageio-ffmpeg. LTX-2 generates sound with the picture: `L
 from __future__ import annotations
 
 import os
+import tempfile
 import wave
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import imageio_ffmpeg
 import numpy as np
 import torch
 
-from gpu.interfaces import Progress
+from gpu.interfaces import Progress, check_stop
 from gpu.residency import Residency
 from mas.config import Settings
 from mas.errors import PermanentError
@@ -83,15 +85,22 @@ class DiffusersBackend:
         return pipeline
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str, seed: int, output: Path, progress: Progress | None = None
+        self, *, prompt: str, negative_prompt: str, seed: int, output: Path, render_id: str,
+        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
     ) -> Path:
-        """Render `prompt` to `output` (written to a temporary name, then renamed: never half a file)."""
+        """Render `prompt` to `output` (written to temporary names next to it, then renamed: never half a
+        file). `should_stop` is asked before the pipeline starts, after every denoising step and before
+        the video is written: a step runs to its end, and the pipeline stays resident. `render_id` is not
+        needed: a render in process ends with its worker, so there is no earlier render to find again."""
         s = self.settings
+        what = "the diffusers render"
+        check_stop(should_stop, what)
         pipeline = self.pipeline()
 
         def on_step_end(pipe: Any, step: int, timestep: Any, callback_kwargs: dict) -> dict:
             if progress is not None:
                 progress(step + 1, pipe.num_timesteps)
+            check_stop(should_stop, what)
             return callback_kwargs
 
         result = pipeline(
@@ -110,6 +119,7 @@ class DiffusersBackend:
         frames = (np.clip(result.frames[0], 0, 1) * 255).round().astype(np.uint8)
         audio = getattr(result, "audio", None)
         rate = pipeline.vocoder.config.output_sampling_rate if audio is not None else 0
+        check_stop(should_stop, what)
         write_mp4(frames=frames, fps=s.video_fps, output=output, audio=audio, audio_rate=rate)
         return output
 
@@ -117,8 +127,7 @@ class DiffusersBackend:
 def write_mp4(*, frames: np.ndarray, fps: int, output: Path, audio: torch.Tensor | None, audio_rate: int) -> None:
     """Write uint8 RGB `frames` (frames, height, width, 3), with the first item of `audio` when given."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial.mp4")
-    sound = output.with_name(output.name + ".partial.wav")
+    partial, sound = (_scratch(output, suffix) for suffix in (".partial.mp4", ".partial.wav"))
     try:
         if audio is not None:
             write_wav(waveform=audio[0], rate=audio_rate, path=sound)
@@ -135,6 +144,13 @@ def write_mp4(*, frames: np.ndarray, fps: int, output: Path, audio: torch.Tensor
     finally:
         partial.unlink(missing_ok=True)
         sound.unlink(missing_ok=True)
+
+
+def _scratch(output: Path, suffix: str) -> Path:
+    """A new empty file next to `output`, its name unique to this call."""
+    fd, name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=suffix)
+    os.close(fd)
+    return Path(name)
 
 
 def write_wav(*, waveform: torch.Tensor, rate: int, path: Path) -> None:

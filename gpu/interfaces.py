@@ -1,4 +1,5 @@
-"""What the gpu tasks expect of a video backend and of a grader; no implementation lives here.
+"""What the gpu tasks expect of a video backend and of a grader; no implementation lives here (beyond
+`check_stop`, the one way a backend answers a stop request).
 
 A backend turns one prompt into one mp4 at a path the studio chooses. `progress(done, total)` is called
 as the render advances, so the Celery task can report it. A grader scores one rendered mp4 against its
@@ -12,14 +13,47 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from mas.errors import PermanentError
+
 Progress = Callable[[int, int], None]
+
+STOP_POLL_SECONDS = 0.5
+"""The longest a backend goes without asking `should_stop()` while it renders."""
+
+
+class RenderStopped(PermanentError):
+    """The render was stopped on request (its video was cancelled); nothing to retry."""
+
+
+def check_stop(should_stop: Callable[[], bool] | None, what: str) -> None:
+    """Raise `RenderStopped` if the caller has asked the render (`what`) to stop."""
+    if should_stop is not None and should_stop():
+        raise RenderStopped(f"{what} was stopped on request")
 
 
 class VideoBackend(Protocol):
+    """Renders one attempt of one video into `output`.
+
+    `render_id` names the attempt's render and stays the same when the attempt is rendered again after a
+    crash, so a backend with a render server finds the render it already started instead of starting
+    another. `output` is unique per run: the backend writes the mp4 there and nothing else (a failed render
+    leaves no file at `output`). `should_stop()` is polled while the render runs (at every progress step
+    and at least every STOP_POLL_SECONDS); when it answers True the backend stops the render and raises
+    `RenderStopped`.
+    """
+
     name: str
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str, seed: int, output: Path, progress: Progress | None = None
+        self,
+        *,
+        prompt: str,
+        negative_prompt: str,
+        seed: int,
+        output: Path,
+        render_id: str,
+        progress: Progress | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Path: ...
 
 

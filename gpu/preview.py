@@ -12,14 +12,16 @@ with no GPU.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import imageio_ffmpeg
 import numpy as np
 
-from gpu.interfaces import Progress
+from gpu.interfaces import STOP_POLL_SECONDS, Progress, check_stop
 from mas.grading import to_grade
 from mas.palette import palette_of
 from mas.video import decode_video
@@ -37,9 +39,12 @@ class PreviewRenderer:
     seconds: float = 0.0  # simulated render time, spread over the frames (a fixed-duration generator)
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, progress: Progress | None = None
+        self, *, prompt: str, negative_prompt: str, seed: int, output: Path, render_id: str,
+        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
     ) -> Path:
-        """Render `prompt` to `output` (written to a temporary name, then renamed: never half a file)."""
+        """Render `prompt` to `output` (written to a temporary name next to it, then renamed: never half a
+        file). `render_id` is not needed: a render in process ends with its worker, so there is no earlier
+        render to find again."""
         rng = np.random.default_rng(seed)
         text = prompt.lower()
         noise = 8.0 if "sharp focus" in text else 45.0
@@ -53,24 +58,39 @@ class PreviewRenderer:
         base = np.repeat(colours, band, axis=0)[: self.width] + ramp
         card = np.broadcast_to(base, (self.height, self.width, 3))
         output.parent.mkdir(parents=True, exist_ok=True)
-        partial = output.with_name(output.name + ".partial.mp4")
-        writer = imageio_ffmpeg.write_frames(
-            str(partial), (self.width, self.height), fps=self.fps, codec="libx264",
-            output_params=["-metadata", "comment=mas preview render (offline stand-in, not a video model)"],
-            macro_block_size=16, ffmpeg_log_level="error",
-        )
-        writer.send(None)
-        for i in range(self.frames):
-            shift = i * 2 + int(rng.integers(-jitter, jitter + 1))
-            frame = np.roll(card, shift, axis=1) + rng.normal(0, noise, card.shape)
-            writer.send(np.clip(frame, 0, 255).astype(np.uint8).tobytes())
-            if self.seconds:
-                time.sleep(self.seconds / self.frames)
-            if progress is not None:
-                progress(i + 1, self.frames)
-        writer.close()
-        os.replace(partial, output)
+        fd, partial = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial.mp4")
+        os.close(fd)
+        try:
+            writer = imageio_ffmpeg.write_frames(
+                partial, (self.width, self.height), fps=self.fps, codec="libx264",
+                output_params=["-metadata", "comment=mas preview render (offline stand-in, not a video model)"],
+                macro_block_size=16, ffmpeg_log_level="error",
+            )
+            writer.send(None)
+            try:
+                for i in range(self.frames):
+                    shift = i * 2 + int(rng.integers(-jitter, jitter + 1))
+                    frame = np.roll(card, shift, axis=1) + rng.normal(0, noise, card.shape)
+                    writer.send(np.clip(frame, 0, 255).astype(np.uint8).tobytes())
+                    _pause(self.seconds / self.frames, should_stop)
+                    if progress is not None:
+                        progress(i + 1, self.frames)
+            finally:
+                writer.close()
+            os.replace(partial, output)
+        finally:
+            Path(partial).unlink(missing_ok=True)
         return output
+
+
+def _pause(seconds: float, should_stop: Callable[[], bool] | None) -> None:
+    """Sleep `seconds` (the simulated render time of a frame), asking `should_stop` as often as promised."""
+    wake = time.monotonic() + seconds
+    while True:
+        check_stop(should_stop, "the preview render")
+        if (left := wake - time.monotonic()) <= 0:
+            return
+        time.sleep(min(left, STOP_POLL_SECONDS))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
+import os
 import sys
 import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,13 +21,14 @@ from celery.exceptions import Ignore, Reject
 from celery.signals import task_postrun
 
 from gpu.factory import grader, residency, video_backend
-from mas import names, states
+from gpu.interfaces import RenderStopped
+from mas import leases, names, states
 from mas.celery_app import app
 from mas.clients import redis_client
 from mas.db import session_scope
 from mas.errors import PermanentError, RetryableError
 from mas.models import Attempt, Video, VideoState
-from mas.outcomes import fail_on_delivery_cap, fail_on_error
+from mas.outcomes import fail_on_error
 from mas.video import VideoUnreadable, check_video
 
 S = VideoState
@@ -68,7 +70,6 @@ def output_path(settings, video: Video, attempt: int) -> Path:
 
 STEP_OPTIONS = dict(
     bind=True,
-    on_delivery_cap=fail_on_delivery_cap,
     on_failure=fail_on_error,
     # a generator or grader that fails, hangs (soft time limit) or answers garbage is retried a few
     # times, then the video is skipped with the reason; a PermanentError (a missing model, a refused
@@ -91,6 +92,11 @@ class RenderUnplayable(RetryableError):
 def generate_video(self, payload: dict) -> dict:
     """Render the attempt's prompt to an mp4."""
     settings = self.app.settings
+    with leases.hold_step(settings, video_id=payload["video_id"], attempt=payload["attempt"], step="render") as lease:
+        return _render(self, settings, payload, lease)
+
+
+def _render(task, settings, payload: dict, lease: leases.Lease) -> dict:
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
         video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
@@ -98,46 +104,74 @@ def generate_video(self, payload: dict) -> dict:
             raise Ignore()
         if video.state == S.evaluating:
             return payload  # rendered before; the next message was never sent
+        if not states.steps_may_run(session, video_id):
+            raise Ignore()
         if video.state == S.writing:
             states.transition(session, video_id, S.writing, S.generating, attempt=attempt)
         row = states.attempt_row(session, video_id, attempt)
-        prompt, negative, seed = row.prompt, row.negative_prompt, row.seed
+        # stored before the render starts: a render started again after a crash finds the same job
+        row.render_id = row.render_id or str(uuid.uuid4())
+        prompt, negative, seed, render_id = row.prompt, row.negative_prompt, row.seed, row.render_id
         target = output_path(settings, video, attempt)
 
     def progress(done: int, total: int) -> None:
-        self.update_state(state="PROGRESS", meta={**payload, "step": "rendering", "done": done, "total": total})
+        task.update_state(state="PROGRESS", meta={**payload, "step": "rendering", "done": done, "total": total})
 
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_name(f"{target.stem}.{lease.key}.partial.mp4")  # unique per run: never shared
     started = time.monotonic()
-    # revoke(terminate=True) sends SIGTERM: exit through the backend so it stops the render it started
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         path = video_backend(settings)(
-            prompt=prompt, negative_prompt=negative, seed=seed, output=target, progress=progress
+            prompt=prompt, negative_prompt=negative, seed=seed, output=scratch, render_id=render_id,
+            progress=progress, should_stop=_stop_when_cancelled(settings, video_id),
         )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    try:
         check_video(path)  # read the first frame back, so a garbage file fails its render, not the grading
+        os.replace(path, target)
+    except RenderStopped:
+        log.info("render of video %s attempt %s stopped: the video was cancelled", video_id, attempt)
+        raise Ignore() from None
     except VideoUnreadable as exc:
         raise RenderUnplayable(f"the {settings.video_backend} backend wrote a file that does not play: {exc}") from exc
+    finally:
+        scratch.unlink(missing_ok=True)
     seconds = time.monotonic() - started
     with session_scope(settings) as session:
-        moved = states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt)
-        if moved:
-            session.execute(
-                sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)
-                .values(output_path=str(path), render_seconds=seconds, backend=settings.video_backend)
-            )
+        if not states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt):
+            raise Ignore()  # cancelled (or failed) meanwhile: the chain stops here
+        session.execute(
+            sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)
+            .values(output_path=str(target), render_seconds=seconds, backend=settings.video_backend)
+        )
     return payload
+
+
+def _stop_when_cancelled(settings, video_id: int, *, every_s: float = 1.0):
+    """`should_stop` for a backend: True once the video is cancelled (asked of Postgres at most once a second)."""
+    last = {"at": 0.0, "stop": False}
+
+    def should_stop() -> bool:
+        now = time.monotonic()
+        if not last["stop"] and now - last["at"] >= every_s:
+            last["at"] = now
+            with session_scope(settings) as session:
+                last["stop"] = states.cancelled(session, video_id)
+        return last["stop"]
+
+    return should_stop
 
 
 @app.task(name=names.EVALUATE_VIDEO, **STEP_OPTIONS)
 def evaluate_video(self, payload: dict) -> dict:
     """Grade the rendered attempt and store its per-axis scores."""
     settings = self.app.settings
+    with leases.hold_step(settings, video_id=payload["video_id"], attempt=payload["attempt"], step="grade"):
+        return _grade(settings, payload)
+
+
+def _grade(settings, payload: dict) -> dict:
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
-        if states.at_step(session, video_id, S.evaluating, attempt) is None:
+        if states.at_step(session, video_id, S.evaluating, attempt) is None or not states.steps_may_run(session, video_id):
             raise Ignore()
         row = states.attempt_row(session, video_id, attempt)
         if row.grade is not None:

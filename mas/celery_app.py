@@ -18,6 +18,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from mas import names
 from mas.clients import redis_client
 from mas.config import Settings
+from mas.errors import PermanentError
 from mas.names import CPU_QUEUE, GPU_QUEUE, GRADE_QUEUE
 from mas.queue_order import StickyCycle
 
@@ -37,7 +38,8 @@ class StudioTask(Task):
     """Base of every studio task.
 
     Redeliveries after a lost worker are counted in Redis per task id and retry number; past
-    `max_deliveries` the task is not run again and `on_delivery_cap` records the give-up instead.
+    `max_deliveries` the task is not run again: it fails with `GivenUp` (permanent), so its `on_failure`
+    records the reason and the chain stops there.
     A database that is briefly away (a restart, a failover) is waited out with backed-off retries.
     """
 
@@ -61,12 +63,12 @@ class StudioTask(Task):
         client.expire(key, 86_400)
         if count > cap:
             log.error("%s[%s] delivered %d times; giving it up", self.name, self.request.id, count)
-            self.on_delivery_cap(args, kwargs, deliveries=count)
-            return None
+            raise GivenUp(f"delivered {count} times: its worker kept dying; given up")
         return self.run(*args, **kwargs)
 
-    def on_delivery_cap(self, args, kwargs, *, deliveries: int) -> None:
-        """Record that this task was given up after `deliveries` deliveries (override per task)."""
+
+class GivenUp(PermanentError):
+    """A task whose deliveries passed `MAS_MAX_DELIVERIES` (it kills its worker): not run again."""
 
 
 class Studio(Celery):

@@ -178,11 +178,26 @@ class Settings(BaseSettings):
     step_retries: int = Field(
         default=2, ge=0, description="Retries of a failed render or grade before the video is skipped."
     )
+    agent_retries: int = Field(
+        default=5, ge=0, description="Retries of an agent step that failed transiently (server away, reply unreadable)."
+    )
+    agent_retry_backoff_max_seconds: int = Field(
+        default=60, gt=0, description="Longest wait between two retries of an agent step (backoff doubles up to it)."
+    )
+    reconcile_every_seconds: float = Field(
+        default=60, gt=0, description="How often beat runs reconcile (re-sends what the broker lost)."
+    )
     reconcile_after_seconds: int = Field(
         default=120, gt=0, description="A video with no progress this long and no live task is re-sent."
     )
-    stuck_after_seconds: int = Field(
-        default=5400, gt=0, description="A video with no progress this long is skipped as stuck."
+    lease_heartbeat_seconds: float = Field(
+        default=10, gt=0, description="How often a running step renews its lease, telling reconcile it is alive."
+    )
+    lease_expiry_seconds: float = Field(
+        default=60,
+        gt=0,
+        description="A step lease not renewed this long is dead (its worker is gone): the step is re-sent and "
+        "the next delivery takes it over. Must exceed 2 x MAS_LEASE_HEARTBEAT_SECONDS.",
     )
 
     # --- quality -------------------------------------------------------------------------------
@@ -243,8 +258,8 @@ class Settings(BaseSettings):
                 "MAS_VISIBILITY_TIMEOUT_SECONDS must exceed MAS_MAX_RENDER_SECONDS, "
                 "or Redis re-delivers long renders while they still run"
             )
-        if self.stuck_after_seconds <= self.max_render_seconds:
-            raise ValueError("MAS_STUCK_AFTER_SECONDS must exceed MAS_MAX_RENDER_SECONDS")
+        if self.lease_expiry_seconds <= 2 * self.lease_heartbeat_seconds:
+            raise ValueError("MAS_LEASE_EXPIRY_SECONDS must exceed 2 x MAS_LEASE_HEARTBEAT_SECONDS")
         if not self.buffer_warn < self.buffer_critical <= self.buffer_emergency:
             raise ValueError("buffer thresholds must satisfy WARN < CRITICAL <= EMERGENCY")
         return self

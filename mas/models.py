@@ -46,12 +46,15 @@ class VideoState(str, enum.Enum):
     refining = "refining"
     accepted = "accepted"
     failed = "failed"
+    cancelled = "cancelled"  # stopped by `mas cancel`: final, nothing brings it back
 
 
 class BatchStatus(str, enum.Enum):
     queued = "queued"
     running = "running"
+    paused = "paused"  # no new step starts until `mas continue`
     done = "done"
+    failed = "failed"  # planning failed for good; `failure_reason` says why
     cancelled = "cancelled"
 
 
@@ -69,6 +72,7 @@ class Batch(Base):
     series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id"))
     ab_test_id: Mapped[int | None] = mapped_column(ForeignKey("ab_tests.id"))
     options: Mapped[dict] = mapped_column(JSONB, default=dict)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
 
@@ -116,10 +120,26 @@ class Attempt(Base):
     grade: Mapped[str | None] = mapped_column(String(1))
     failure_reasons: Mapped[list] = mapped_column(JSONB, default=list)
     render_seconds: Mapped[float | None] = mapped_column(Float)
+    render_id: Mapped[str | None] = mapped_column(String(36))  # the render server's id of this attempt's job
     created_at: Mapped[datetime] = _now_column()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     video: Mapped[Video] = relationship(back_populates="attempts")
+
+
+class StepLease(Base):
+    """Which delivery runs a step of an attempt, and whether it is alive (`mas.leases`)."""
+
+    __tablename__ = "step_leases"
+
+    video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[str] = mapped_column(String(16), primary_key=True)
+    token: Mapped[str | None] = mapped_column(String(32))  # None: no delivery holds it now
+    worker: Mapped[str] = mapped_column(Text, default="")
+    claims: Mapped[int] = mapped_column(Integer, default=1)  # deliveries that started the step
+    started_at: Mapped[datetime] = _now_column()
+    heartbeat_at: Mapped[datetime] = _now_column()
 
 
 class MemoryBlock(Base):

@@ -39,20 +39,6 @@ def pending_videos(session, batch_id: int) -> list[int]:
     ))
 
 
-def fail_on_delivery_cap(task, args, kwargs, *, deliveries: int) -> None:
-    """A step whose worker kept dying: the video is failed with the reason, and the batch goes on."""
-    payload = args[0] if args else kwargs.get("payload")
-    video_id = payload["video_id"] if isinstance(payload, dict) else payload
-    settings = task.app.settings
-    due = False
-    with session_scope(settings) as session:
-        if states.fail(session, video_id, f"{task.name} lost its worker {deliveries} times"):
-            due = finish_video(settings, session, video_id)
-    if due:
-        app.send_task(names.CONSOLIDATE)
-
-
-
 def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
     """A step failed for good (its retries spent): skip the video with the reason, and the batch goes on."""
     payload = args[0] if args else kwargs.get("payload")
@@ -74,6 +60,21 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
             due = finish_video(settings, session, video_id)
     if due:
         app.send_task(names.CONSOLIDATE)
+
+
+def fail_batch(settings, batch_id: int, reason: str) -> bool:
+    """A batch whose planning failed for good ends `failed` with the reason; False if it was not queued."""
+    with session_scope(settings) as session:
+        return session.execute(
+            sa.update(Batch).where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
+            .values(status=BatchStatus.failed, failure_reason=reason[:1000], updated_at=sa.func.now())
+        ).rowcount == 1
+
+
+def fail_planning(task, exc, task_id, args, kwargs, einfo) -> None:
+    """`on_failure` of planning: its retries are spent, or the error cannot pass by retrying."""
+    batch_id = args[0] if args else kwargs.get("batch_id")
+    fail_batch(task.app.settings, batch_id, f"planning failed: {type(exc).__name__}: {exc}")
 
 
 def finish_video(settings, session, video_id: int) -> bool:

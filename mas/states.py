@@ -11,21 +11,21 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from mas.errors import PermanentError
-from mas.models import Attempt, Video, VideoState
+from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
 
 S = VideoState
-TERMINAL = frozenset({S.accepted, S.failed})
+TERMINAL = frozenset({S.accepted, S.failed, S.cancelled})
 
 ALLOWED: dict[VideoState, frozenset[VideoState]] = {
-    S.pending: frozenset({S.writing, S.failed}),
-    S.writing: frozenset({S.generating, S.failed}),
-    S.generating: frozenset({S.evaluating, S.failed}),
-    S.evaluating: frozenset({S.accepted, S.refining, S.failed}),
-    S.refining: frozenset({S.writing, S.failed}),
+    S.pending: frozenset({S.writing, S.failed, S.cancelled}),
+    S.writing: frozenset({S.generating, S.failed, S.cancelled}),
+    S.generating: frozenset({S.evaluating, S.failed, S.cancelled}),
+    S.evaluating: frozenset({S.accepted, S.refining, S.failed, S.cancelled}),
+    S.refining: frozenset({S.writing, S.failed, S.cancelled}),
     S.accepted: frozenset(),
     S.failed: frozenset(),
+    S.cancelled: frozenset(),
 }
-
 
 class IllegalTransition(PermanentError, ValueError):
     """The state machine has no such move."""
@@ -76,12 +76,32 @@ def attempt_row(session: Session, video_id: int, number: int) -> Attempt:
 
 def fail(session: Session, video_id: int, reason: str) -> bool:
     """Give a video up from whatever live state it is in, recording why; False if already final."""
+    return _end(session, video_id, S.failed, reason)
+
+
+def cancel(session: Session, video_id: int, reason: str) -> bool:
+    """Cancel a video from whatever live state it is in, recording why; False if already final."""
+    return _end(session, video_id, S.cancelled, reason)
+
+
+def _end(session: Session, video_id: int, target: VideoState, reason: str) -> bool:
     reasons = sa.func.coalesce(Video.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
         sa.func.jsonb_build_array(reason)
     )
     stmt = (
         sa.update(Video)
         .where(Video.id == video_id, Video.state.not_in(list(TERMINAL)))
-        .values(state=S.failed, failure_reasons=reasons, updated_at=sa.func.now())
+        .values(state=target, failure_reasons=reasons, updated_at=sa.func.now())
     )
     return session.execute(stmt).rowcount == 1
+
+
+def steps_may_run(session: Session, video_id: int) -> bool:
+    """Whether a step of this video may start now: its batch is running (not paused, cancelled or over)."""
+    status = session.scalar(sa.select(Batch.status).join(Video, Video.batch_id == Batch.id).where(Video.id == video_id))
+    return status == BatchStatus.running
+
+
+def cancelled(session: Session, video_id: int) -> bool:
+    """Whether the video was cancelled (a running step polls this to stop early)."""
+    return session.scalar(sa.select(Video.state).where(Video.id == video_id)) == S.cancelled

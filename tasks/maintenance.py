@@ -28,9 +28,7 @@ def maintain_buffers(self) -> list[dict]:
 def reconcile(self) -> dict:
     """Re-send work Postgres says is unfinished but no message carries; skip videos stuck for too long."""
     settings = self.app.settings
-    report = recovery.reconcile(
-        settings, older_than=settings.reconcile_after_seconds, stuck_after=settings.stuck_after_seconds
-    )
+    report = recovery.reconcile(settings, older_than=settings.reconcile_after_seconds)
     return asdict(report)
 
 

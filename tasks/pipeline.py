@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from celery import chain
 from celery.exceptions import Ignore
 
-from mas import agents, names, states
+from mas import agents, leases, names, states
 from mas.agents.roles import WriterBrief
 from mas.celery_app import app
 from mas.db import session_scope
@@ -33,14 +33,21 @@ from mas.models import (
     Video,
     VideoState,
 )
-from mas.outcomes import KEEP, PENDING_SHOWN, fail_on_delivery_cap, fail_on_error, finish_video
+from mas.outcomes import (
+    KEEP,
+    PENDING_SHOWN,
+    fail_on_error,
+    fail_planning,
+    finish_video,
+)
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
 # A transient failure (an agent reply that can't be parsed yet, a server briefly away) is retried with backoff.
 AGENT_RETRY = dict(
-    autoretry_for=(*app.Task.autoretry_for, RetryableError), retry_backoff=2, retry_backoff_max=60,
-    retry_jitter=True, max_retries=5,
+    autoretry_for=(*app.Task.autoretry_for, RetryableError), retry_backoff=2,
+    retry_backoff_max=app.settings.agent_retry_backoff_max_seconds, retry_jitter=True,
+    max_retries=app.settings.agent_retries,
 )
 S = VideoState
 
@@ -68,7 +75,10 @@ def video_chain(video_id: int, attempt: int, *, start: str = "write"):
 # --- plan -----------------------------------------------------------------------------------------
 
 
-@app.task(name=names.PLAN_BATCH, bind=True, **AGENT_RETRY)
+@app.task(
+    name=names.PLAN_BATCH, bind=True, on_failure=fail_planning,
+    **AGENT_RETRY,
+)
 def plan_batch(self, batch_id: int) -> dict:
     """Director: turn a stored request into videos, fill the production blocks, start every video."""
     settings = self.app.settings
@@ -167,16 +177,21 @@ def _brief(settings, session, video: Video, attempt: int) -> WriterBrief:
 
 
 @app.task(
-    name=names.WRITE_PROMPT, bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
+    name=names.WRITE_PROMPT, bind=True, on_failure=fail_on_error,
     **AGENT_RETRY,
 )
 def write_prompt(self, video_id: int, attempt: int) -> dict:
     """Writer: a prompt for this attempt from the concept, the learned style and past outcomes."""
     settings = self.app.settings
+    with leases.hold_step(settings, video_id=video_id, attempt=attempt, step="write"):
+        return _write(settings, video_id, attempt)
+
+
+def _write(settings, video_id: int, attempt: int) -> dict:
     crew = agents.backend(settings)
     with session_scope(settings) as session:
         video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
-        if video is None:
+        if video is None or not states.steps_may_run(session, video_id):
             raise Ignore()
         if video.state == S.writing and video.attempt_count == attempt:
             if session.scalar(sa.select(Attempt.id).where(Attempt.video_id == video_id, Attempt.number == attempt)):
@@ -204,17 +219,22 @@ def write_prompt(self, video_id: int, attempt: int) -> dict:
 
 
 @app.task(
-    name=names.REVIEW, bind=True, on_delivery_cap=fail_on_delivery_cap, on_failure=fail_on_error,
+    name=names.REVIEW, bind=True, on_failure=fail_on_error,
     **AGENT_RETRY,
 )
 def review(self, payload: dict) -> dict:
     """Cameraman: accept the attempt, refine with a revised prompt, or give up after MAX_RETRIES."""
     settings = self.app.settings
+    with leases.hold_step(settings, video_id=payload["video_id"], attempt=payload["attempt"], step="review"):
+        return _review(settings, payload)
+
+
+def _review(settings, payload: dict) -> dict:
     crew = agents.backend(settings)
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
         video = states.at_step(session, video_id, S.evaluating, attempt)
-        if video is None:
+        if video is None or not states.steps_may_run(session, video_id):
             raise Ignore()
         row = states.attempt_row(session, video_id, attempt)
         quality = blocks.read(settings, "quality_standards")

@@ -6,24 +6,23 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gpu.comfyui import ComfyUIBackend, WorkflowError
-from gpu.comfyui_client import (
-    ComfyUIClient,
-    ComfyUIRejected,
-    ComfyUIRenderFailed,
-    ComfyUITimeout,
-    ComfyUIUnavailable,
-)
+from gpu.comfyui_client import ComfyUIClient
+from gpu.comfyui_errors import ComfyUIRejected, ComfyUIRenderFailed, ComfyUITimeout, ComfyUIUnavailable
 from gpu.factory import video_backend
+from gpu.interfaces import RenderStopped
 from gpu.preview import PreviewRenderer
 from mas.config import Settings
 from tests.comfyui_server import ComfyUIStandIn, Script
@@ -72,7 +71,8 @@ def ltx2_workflow() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def mp4(tmp_path_factory) -> Path:
     """The real small mp4 the stand-in serves as every rendered video."""
-    return PreviewRenderer(frames=6)(prompt="a red fox", seed=1, output=tmp_path_factory.mktemp("standin") / "fox.mp4")
+    output = tmp_path_factory.mktemp("standin") / "fox.mp4"
+    return PreviewRenderer(frames=6)(prompt="a red fox", negative_prompt="", seed=1, output=output, render_id="fox")
 
 
 @pytest.fixture
@@ -96,18 +96,26 @@ def settings_for(url: str, template: Path, **overrides: Any) -> Settings:
     return Settings(**{**values, **overrides})
 
 
+def backend_for(url: str, template: Path, *, retries: int = 3, timeout: float = 20.0) -> ComfyUIBackend:
+    client = ComfyUIClient(url=url, retries=retries, backoff_seconds=0.01, poll_seconds=0.05)
+    return ComfyUIBackend(settings=settings_for(url, template), client=client, timeout=timeout)
+
+
 @pytest.fixture
 def make_backend(server, template) -> Callable[..., ComfyUIBackend]:
     def make(*, url: str | None = None, retries: int = 3, timeout: float = 20.0) -> ComfyUIBackend:
-        url = url or server.url
-        client = ComfyUIClient(url=url, retries=retries, backoff_seconds=0.01, poll_seconds=0.05)
-        return ComfyUIBackend(settings=settings_for(url, template), client=client, timeout=timeout)
+        return backend_for(url or server.url, template, retries=retries, timeout=timeout)
 
     return make
 
 
-def render(backend: ComfyUIBackend, output: Path, progress=None) -> Path:
-    return backend(prompt=PROMPT, negative_prompt=NEGATIVE, seed=SEED, output=output, progress=progress)
+def render(
+    backend: ComfyUIBackend, output: Path, progress=None, *, render_id: str | None = None, should_stop=None
+) -> Path:
+    return backend(
+        prompt=PROMPT, negative_prompt=NEGATIVE, seed=SEED, output=output, render_id=render_id or str(uuid.uuid4()),
+        progress=progress, should_stop=should_stop,
+    )
 
 
 def closed_port_url() -> str:
@@ -168,8 +176,9 @@ def test_a_server_that_does_not_answer_says_what_to_do(make_backend, tmp_path):
     url = closed_port_url()
     backend = make_backend(url=url, retries=1)
     with pytest.raises(ComfyUIUnavailable) as caught:
-        render(backend, tmp_path / "out.mp4")
-    assert f"ComfyUI at {url} did not answer POST /prompt on 2 tries" in str(caught.value)
+        render(backend, tmp_path / "out.mp4", render_id="r-1")
+    # a render first asks the server about its id, so that is the request that finds no server
+    assert f"ComfyUI at {url} did not answer GET /history/r-1 on 2 tries" in str(caught.value)
     assert "is it running? set MAS_COMFYUI_URL" in str(caught.value)
     with pytest.raises(ComfyUIUnavailable, match="GET /system_stats"):
         backend.health()
@@ -265,6 +274,128 @@ def test_sigterm_during_a_render_stops_it_on_the_server(server, make_backend, tm
         signal.signal(signal.SIGTERM, previous)
     [prompt_id] = server.queued
     assert server.deletes == [prompt_id] and server.interrupts == [{"prompt_id": prompt_id}]
+
+
+# --- re-attaching to a render by its id, and stopping one on request --------------------------------
+def queue_of(server: ComfyUIStandIn) -> dict[str, list[str]]:
+    """The ids GET /queue lists as running and as pending."""
+    queue = httpx.get(server.url + "/queue").json()
+    return {key: [item[1] for item in queue[key]] for key in ("queue_running", "queue_pending")}
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_an_unknown_render_id_is_submitted_under_that_id(server, make_backend, mp4, tmp_path):
+    render_id = str(uuid.uuid4())
+    target = render(make_backend(), tmp_path / "out.mp4", render_id=render_id)
+    assert target.read_bytes() == mp4.read_bytes()
+    assert server.prompts[-1]["prompt_id"] == render_id and server.queued == [render_id]
+    assert server.executions_of(render_id) == 1
+
+
+def test_a_finished_render_is_downloaded_without_rendering_it_again(server, make_backend, mp4, tmp_path):
+    render_id = str(uuid.uuid4())
+    render(make_backend(), tmp_path / "first.mp4", render_id=render_id)
+
+    again = render(make_backend(), tmp_path / "again.mp4", render_id=render_id)  # a new worker, same attempt
+
+    assert again.read_bytes() == mp4.read_bytes()
+    assert server.queued == [render_id] and server.executions_of(render_id) == 1
+    assert len(server.views) == 2
+
+
+def test_a_render_that_failed_on_the_server_is_submitted_again(server, make_backend, mp4, tmp_path):
+    render_id = str(uuid.uuid4())
+    server.script = Script(outcome="error")
+    with pytest.raises(ComfyUIRenderFailed):
+        render(make_backend(), tmp_path / "out.mp4", render_id=render_id)
+    server.script = Script()
+
+    target = render(make_backend(), tmp_path / "out.mp4", render_id=render_id)
+
+    assert target.read_bytes() == mp4.read_bytes()
+    assert server.history_deletes == [render_id]  # the failed entry no longer answers for the new run
+    assert server.queued == [render_id, render_id] and server.executions_of(render_id) == 2
+
+
+def test_a_render_whose_client_died_is_followed_not_submitted_again(server, template, mp4, tmp_path):
+    """A worker SIGKILLed mid-render: the server renders on, and the next worker follows that render."""
+    server.script = Script(steps=40, step_seconds=0.05)
+    render_id = str(uuid.uuid4())
+    dying = subprocess.Popen([
+        sys.executable, "-c",
+        "import sys; from pathlib import Path; from tests.test_comfyui import backend_for, render; "
+        "render(backend_for(sys.argv[1], Path(sys.argv[2])), Path(sys.argv[3]), render_id=sys.argv[4])",
+        server.url, str(template), str(tmp_path / "dead.mp4"), render_id,
+    ])
+    try:
+        wait_for(lambda: server.executions_of(render_id) == 1, "the first worker's render to start", timeout=60)
+        dead_client = server.prompts[-1]["client_id"]
+    finally:
+        dying.kill()
+        dying.wait()
+    assert queue_of(server)["queue_running"] == [render_id]  # the server renders on without its client
+    follower = backend_for(server.url, template)
+    calls: list[tuple[int, int]] = []
+
+    target = render(follower, tmp_path / "out.mp4", lambda done, total: calls.append((done, total)),
+                    render_id=render_id)
+
+    assert target.read_bytes() == mp4.read_bytes()
+    assert server.queued == [render_id] and server.executions_of(render_id) == 1
+    assert server.websockets[-1] == dead_client != follower.client.client_id  # took over the dead session
+    assert all(total == 40 for _, total in calls)
+    assert not (tmp_path / "dead.mp4").exists()
+
+
+@pytest.mark.parametrize("websocket", ["open", "refuse"])
+def test_should_stop_interrupts_a_running_render(server, make_backend, tmp_path, websocket):
+    server.script = Script(outcome="hang", websocket=websocket)
+    render_id = str(uuid.uuid4())
+    asked: list[float] = []
+
+    def should_stop() -> bool:
+        asked.append(time.monotonic())
+        return server.executions_of(render_id) == 1
+
+    started = time.monotonic()
+    with pytest.raises(RenderStopped, match="was stopped on request"):
+        render(make_backend(), tmp_path / "videos" / "out.mp4", render_id=render_id, should_stop=should_stop)
+
+    assert time.monotonic() - started < 3
+    assert max(b - a for a, b in zip(asked, asked[1:])) < 1  # asked at least every half second or so
+    assert server.interrupts == [{"prompt_id": render_id}]
+    assert queue_of(server) == {"queue_running": [], "queue_pending": []}
+    assert server.history[render_id]["status"]["status_str"] == "error"  # interrupted, not finished
+    assert list((tmp_path / "videos").glob("*")) == []
+
+
+def test_should_stop_deletes_a_pending_render_from_the_queue(server, make_backend, tmp_path):
+    server.script = Script(outcome="hang")
+    other = str(uuid.uuid4())  # someone else's render, running ahead of ours
+    httpx.post(server.url + "/prompt", json={"prompt": ltx2_workflow(), "prompt_id": other}).raise_for_status()
+    wait_for(lambda: server.executions_of(other) == 1, "the other render to start")
+    render_id = str(uuid.uuid4())
+
+    with pytest.raises(RenderStopped):
+        render(make_backend(), tmp_path / "videos" / "out.mp4", render_id=render_id,
+               should_stop=lambda: render_id in queue_of(server)["queue_pending"])
+
+    assert server.deletes == [render_id] and server.executions_of(render_id) == 0
+    assert queue_of(server) == {"queue_running": [other], "queue_pending": []}  # the other render goes on
+    assert all(body == {"prompt_id": render_id} for body in server.interrupts)
+    assert list((tmp_path / "videos").glob("*")) == []
+
+
+def test_a_render_asked_to_stop_before_it_starts_submits_nothing(server, make_backend, tmp_path):
+    with pytest.raises(RenderStopped):
+        render(make_backend(), tmp_path / "videos" / "out.mp4", should_stop=lambda: True)
+    assert server.prompts == [] and list((tmp_path / "videos").glob("*")) == []
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import torch
 
 from gpu.diffusers_backend import DiffusersBackend, ModelPathError
 from gpu.factory import residency, video_backend
+from gpu.interfaces import RenderStopped
 from gpu.residency import Residency, module_bytes
 from mas.config import Settings
 
@@ -150,7 +151,7 @@ def test_ltx2_renders_an_mp4_with_sound_and_reports_each_step(ltx2_settings, tmp
     backend = video_backend(ltx2_settings)
     assert backend.name == "diffusers"
     output = tmp_path / "out" / "video.mp4"
-    assert backend(prompt="a robot dancing", negative_prompt="blurry", seed=1, output=output,
+    assert backend(prompt="a robot dancing", negative_prompt="blurry", seed=1, output=output, render_id="r",
                    progress=lambda done, total: steps.append((done, total))) == output
     frames, meta = decoded(output)
     assert frames.shape == (FRAMES, SIZE, SIZE, 3)
@@ -162,7 +163,8 @@ def test_ltx2_renders_an_mp4_with_sound_and_reports_each_step(ltx2_settings, tmp
 def test_same_seed_same_frames_and_the_pipeline_stays_resident(ltx2_settings, tmp_path):
     def render(seed: int, name: str) -> np.ndarray:
         backend = video_backend(ltx2_settings)  # a new backend per task, as gpu.tasks does
-        return decoded(backend(prompt="a red fox", negative_prompt="", seed=seed, output=tmp_path / name))[0]
+        return decoded(backend(prompt="a red fox", negative_prompt="", seed=seed, output=tmp_path / name,
+                               render_id=name))[0]
 
     first = render(7, "a.mp4")
     manager = residency(ltx2_settings)
@@ -180,7 +182,7 @@ def test_ltx_video_renders_frames_only(ltx_settings, tmp_path):
     steps: list[int] = []
     for seed in (3, 3):
         backend(prompt="dance monkey", negative_prompt="", seed=seed, output=tmp_path / f"{seed}.mp4",
-                progress=lambda done, total: steps.append(done))
+                render_id=str(seed), progress=lambda done, total: steps.append(done))
     frames, meta = decoded(tmp_path / "3.mp4")
     assert frames.shape == (FRAMES, SIZE, SIZE, 3) and "audio_codec" not in meta
     assert steps == [1, 2, 1, 2]
@@ -189,6 +191,19 @@ def test_ltx_video_renders_frames_only(ltx_settings, tmp_path):
     pipeline = manager.get(backend.key, loader=lambda: pytest.fail("resident"))
     assert stats.resident_bytes == sum(module_bytes(m) for m in pipeline.components.values()
                                        if isinstance(m, torch.nn.Module))
+
+
+def test_should_stop_ends_the_render_after_a_step_and_leaves_no_file(ltx_settings, tmp_path):
+    manager = Residency(budget_bytes=None, device="cpu")
+    backend = DiffusersBackend(settings=ltx_settings, residency=manager)
+    steps: list[int] = []
+    output = tmp_path / "video.mp4"
+    with pytest.raises(RenderStopped, match="the diffusers render was stopped on request"):
+        backend(prompt="dance monkey", negative_prompt="", seed=3, output=output, render_id="r",
+                progress=lambda done, total: steps.append(done), should_stop=lambda: bool(steps))
+    assert steps == [1]  # stopped at the first step's end, not after the whole render
+    assert list(tmp_path.iterdir()) == []
+    assert manager.stats().resident  # the pipeline stays loaded for the next render
 
 
 def test_an_offloaded_pipeline_is_charged_its_largest_part(ltx_settings):

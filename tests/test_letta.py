@@ -38,10 +38,12 @@ from mas.agents.offline import (
     OfflineDirector,
     OfflineWriter,
 )
+from mas import db
 from mas.agents.roles import WriterBrief
 from mas.errors import RetryableError
 from mas.memory import blocks as studio_blocks
 from mas.memory.blocks import SCHEMAS, BlockError, defaults
+from mas.models import Batch, BatchStatus
 from mas.requests import ProductionRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -740,3 +742,36 @@ def test_a_batch_runs_end_to_end_on_the_letta_backend(letta_settings, letta_serv
     assert llm.count("role", garbage=True) - garbage_before == garbage and llm.garbage_replies == 0
     if retried:
         assert "LettaReplyError" in logs and "Retry in" in logs
+
+
+def test_an_agent_that_keeps_answering_garbage_fails_its_batch_with_the_reason(letta_server, provisioned, tmp_path):
+    """Planning whose replies stay unreadable after its retries: the batch ends `failed` with the reason,
+    `mas enqueue --wait` exits non-zero saying so in bounded time, and reconcile does not plan it again."""
+    from tests.studio import IsolatedStudio
+
+    env = {
+        "MAS_AGENT_BACKEND": "letta", "MAS_LETTA_URL": letta_server.url, "MAS_LETTA_TOKEN": letta_server.token,
+        "MAS_LETTA_MODEL": MODEL, "MAS_LETTA_EMBEDDING": EMBEDDING,
+        "MAS_AGENT_RETRIES": "1", "MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS": "1", "MAS_RECONCILE_AFTER_SECONDS": "1",
+    }
+    llm = letta_server.llm
+    llm.garbage_replies = 10_000
+    try:
+        with IsolatedStudio(tmp_path / "studio", **env) as studio:
+            studio.worker("cpu")
+            started = time.monotonic()
+            result = studio.mas("enqueue", "--wait", "Create 2 videos of dragons", timeout=180)
+            assert time.monotonic() - started < 150
+            assert result.returncode == 1, result.stdout + result.stderr
+            assert "failed: planning failed: LettaReplyError" in result.stderr and "Traceback" not in result.stderr
+            batch_id = int(result.stdout.split()[1].rstrip(":"))
+            plans = llm.count("role", task="plan")
+            recovered = studio.mas("recover")
+            assert recovered.returncode == 0 and "re-planned 0 batch" in recovered.stdout, recovered.stdout
+            time.sleep(2)
+            with db.session_scope(studio.settings) as s:
+                batch = s.get(Batch, batch_id)
+                assert batch.status == BatchStatus.failed and "LettaReplyError" in batch.failure_reason
+            assert llm.count("role", task="plan") == plans and studio.videos(batch_id) == []
+    finally:
+        llm.garbage_replies = 0

@@ -107,7 +107,8 @@ def test_task_that_kills_its_worker_is_quarantined(studio):
 
     app = Studio(studio.settings)
     result = app.send_task(CRASH_TASK)
-    assert result.get(timeout=120) is None  # given up, not looping
+    with pytest.raises(Exception, match="given up"):  # given up, not looping
+        result.get(timeout=120)
     deliveries = int(redis_client(studio.settings).get(f"mas:deliveries:{result.id}:0"))
     assert deliveries == studio.settings.max_deliveries + 1
     assert gpu.proc.poll() is None  # the worker itself survives its children's deaths
@@ -159,7 +160,7 @@ def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
     from gpu.preview import PreviewRenderer
     from tests.comfyui_server import ComfyUIStandIn, Script
 
-    good = PreviewRenderer()(prompt="red", seed=1, output=tmp_path / "ok.mp4")
+    good = PreviewRenderer()(prompt="red", negative_prompt="", seed=1, output=tmp_path / "ok.mp4", render_id="x")
     video = _garbage(tmp_path / "bad.mp4") if outcome == "garbage" else good
     script = Script(outcome="success" if outcome in ("garbage", "unreachable") else outcome, steps=2)
     template = tmp_path / "workflow.json"

@@ -14,10 +14,11 @@ from rich.text import Text
 from mas.cli.context import console, ready
 from mas.cli.output import print_files, print_whole
 from mas.config import Settings
+from mas.errors import PermanentError
 from mas.models import BatchStatus
 from mas.states import TERMINAL
 
-FINISHED = (BatchStatus.done, BatchStatus.cancelled)
+FINISHED = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
 
 
 @click.command()
@@ -58,6 +59,14 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
     if not console.is_terminal:  # Live ends its last line only on a terminal
         console.line()
     print_files(batch.videos)
+    if batch.status == BatchStatus.failed:
+        raise BatchEnded(f"batch {batch.id} failed: {batch.failure_reason or 'no reason recorded'}")
+    if batch.status == BatchStatus.cancelled:
+        raise BatchEnded(f"batch {batch.id} was cancelled")
+
+
+class BatchEnded(PermanentError):
+    """A followed batch ended without finishing its work (failed or cancelled): `--wait` exits non-zero."""
 
 
 def _batch(settings: Settings, batch_id: int | None):
@@ -73,6 +82,8 @@ def _batch_view(batch) -> Group:
     """Header, progress bar and the videos (their files are printed whole after the table)."""
     done = sum(v.state in TERMINAL for v in batch.videos)
     header = Text(f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}")
+    if batch.failure_reason:
+        header.append(f"\nfailed: {batch.failure_reason}")
     bar = Table.grid()  # a grid ends its line: a bare progress bar would run on into the table below
     bar.add_row(ProgressBar(total=max(batch.total, 1), completed=done, width=60))
     table = Table("video", "state", "attempts", "grade", "concept")

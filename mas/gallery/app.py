@@ -39,13 +39,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
 from mas.errors import InvalidSettings
+from mas.gallery.control import batch_action, refuse_cross_site
 from mas.gallery.frames import strip_jpeg
 from mas.memory import blocks
-from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video, VideoState
+from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
 from mas.services import ServiceError
+from mas.states import TERMINAL
 from mas.video import VideoUnreadable
 
-FINAL = (VideoState.accepted, VideoState.failed)
+FINAL = tuple(TERMINAL)
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 MAX_ID = 2**31 - 1  # Postgres integer: a larger id in a URL is simply not found, never a server error
 LIST_LIMIT = 100
@@ -149,6 +151,7 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/series/{series_id:int}", series_page),
             Route("/ab/{test_id:int}", ab_page),
             Route("/ab/{test_id:int}/pick/{label}", pick_winner, methods=["POST"]),
+            Route("/batches/{batch_id:int}/{action}", batch_action, methods=["POST"]),
             Route("/memory", memory_page),
             Route("/videos/{video_id:int}/frames.jpg", frames),
             Route("/files/{path:path}", video_file),
@@ -206,7 +209,9 @@ def _inside_output(settings: Settings, raw: str) -> Path | None:
 def _served_file(settings: Settings, video: Video) -> tuple[Path | None, str]:
     """The video's file when it may be served, else None and the reason to show instead."""
     if not video.output_path:
-        return None, "failed before a file was written" if video.state == VideoState.failed else "rendering…"
+        if video.state in TERMINAL:
+            return None, f"{video.state.value} before a file was written"
+        return None, "rendering…"
     path = _inside_output(settings, video.output_path)
     if path is None:
         return None, "its file is outside the output folder and is not served"
@@ -306,11 +311,7 @@ def pick_winner(request: Request) -> Response:
     from mas.preferences import PreferenceError, pick
 
     settings, test_id = _settings(request), request.path_params["test_id"]
-    # A page on another site could post this form for the user (CSRF): browsers always send Origin on a
-    # cross-site POST, and a page of this gallery sends its own host.
-    origin = request.headers.get("origin")
-    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
-        raise HTTPException(403, "a pick sent from another site was refused; nothing changed")
+    refuse_cross_site(request, "a pick")
     with session_scope(settings) as session:
         if _get(session, ABTest, test_id) is None:
             raise HTTPException(404, f"there is no A/B test {test_id}; nothing changed")

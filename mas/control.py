@@ -1,0 +1,97 @@
+"""Stopping and holding work: cancel a batch or one video, pause a batch, let it continue.
+
+Postgres is changed first, in one transaction, so that no step, retry, reconcile or resume brings cancelled
+work back: every step checks its video and its batch before it starts, and a running render polls its
+video and stops itself (the worker process and its loaded models stay). Pausing stops new steps from
+starting; the steps already running finish. Continuing re-sends each unfinished video from its next step.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from mas import names, states
+from mas.celery_app import app
+from mas.db import session_scope
+from mas.errors import InvalidInput
+from mas.memory import blocks
+from mas.models import Batch, BatchStatus, Video
+from mas.outcomes import finish_video
+
+CANCELLED = "cancelled by the user"
+OVER = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
+
+
+class NotChangeable(InvalidInput):
+    """The batch or video does not exist, or is in no state for this change; nothing was changed."""
+
+
+def cancel_batch(settings, batch_id: int) -> list[int]:
+    """Cancel a batch and every unfinished video of it; the ids of the videos cancelled."""
+    with session_scope(settings) as session:
+        batch = _batch(session, batch_id)
+        if batch.status in OVER:
+            raise NotChangeable(f"batch {batch_id} is already {batch.status.value}; nothing changed")
+        batch.status = BatchStatus.cancelled
+        batch.updated_at = sa.func.now()
+        live = session.scalars(
+            sa.select(Video.id).where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
+        ).all()
+        cancelled = [video_id for video_id in live if states.cancel(session, video_id, CANCELLED)]
+        blocks.update(settings, "production_queue", lambda v: {
+            "QUEUE_STATUS": "complete", "IN_PROGRESS": None, "PENDING_VIDEOS": [],
+        } if v["BATCH_ID"] == str(batch_id) else {}, actor="cli", session=session)
+        blocks.update(settings, "session_state", lambda v: {
+            "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch_id],
+        }, actor="cli", session=session)
+    return cancelled
+
+
+def cancel_video(settings, video_id: int) -> None:
+    """Cancel one video; its batch goes on (and is done when this was its last unfinished video)."""
+    with session_scope(settings) as session:
+        video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
+        if video is None:
+            raise NotChangeable(f"there is no video {video_id}; nothing changed")
+        if not states.cancel(session, video_id, CANCELLED):
+            raise NotChangeable(f"video {video_id} is already {video.state.value}; nothing changed")
+        due = finish_video(settings, session, video_id)
+    if due:
+        app.send_task(names.CONSOLIDATE)
+
+
+def pause_batch(settings, batch_id: int) -> None:
+    """Stop new steps of a queued or running batch from starting (running ones finish)."""
+    with session_scope(settings) as session:
+        batch = _batch(session, batch_id)
+        if batch.status not in (BatchStatus.queued, BatchStatus.running):
+            raise NotChangeable(f"batch {batch_id} is {batch.status.value}, not queued or running; nothing changed")
+        batch.status = BatchStatus.paused
+        batch.updated_at = sa.func.now()
+        _queue_status(settings, session, batch_id, "paused")
+
+
+def continue_batch(settings, batch_id: int) -> None:
+    """Let a paused batch go on: planned again if it never was, else every unfinished video re-sent."""
+    with session_scope(settings) as session:
+        batch = _batch(session, batch_id)
+        if batch.status != BatchStatus.paused:
+            raise NotChangeable(f"batch {batch_id} is {batch.status.value}, not paused; nothing changed")
+        planned = session.scalar(sa.select(sa.func.count()).select_from(Video).where(Video.batch_id == batch_id))
+        batch.status = BatchStatus.running if planned else BatchStatus.queued
+        batch.updated_at = sa.func.now()
+        _queue_status(settings, session, batch_id, "active")
+    app.send_task(names.RESUME_BATCH, args=[batch_id])
+
+
+def _queue_status(settings, session, batch_id: int, status: str) -> None:
+    """`production_queue.QUEUE_STATUS`, when the block is about this batch."""
+    blocks.update(settings, "production_queue", lambda v: {"QUEUE_STATUS": status} if v["BATCH_ID"] == str(batch_id)
+                  else {}, actor="cli", session=session)
+
+
+def _batch(session, batch_id: int) -> Batch:
+    batch = session.execute(sa.select(Batch).where(Batch.id == batch_id).with_for_update()).scalar_one_or_none()
+    if batch is None:
+        raise NotChangeable(f"there is no batch {batch_id}; nothing changed")
+    return batch

@@ -1,0 +1,35 @@
+"""The gallery's buttons that change work: cancel, pause or continue a batch, exactly as `mas cancel`,
+`mas pause` and `mas continue` do."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+
+def refuse_cross_site(request: Request, what: str) -> None:
+    """A page on another site could post a form for the user (CSRF): browsers always send Origin on a
+    cross-site POST, and a page of this gallery sends its own host."""
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise HTTPException(403, f"{what} sent from another site was refused; nothing changed")
+
+
+def batch_action(request: Request) -> Response:
+    """POST /batches/{id}/cancel | pause | continue, then show the batch (post/redirect/get)."""
+    # imported here, as `mas.cli` does: it loads the Celery app, which reads its settings on import
+    from mas import control
+
+    actions = {"cancel": control.cancel_batch, "pause": control.pause_batch, "continue": control.continue_batch}
+    batch_id, action = request.path_params["batch_id"], request.path_params["action"]
+    if action not in actions:
+        raise HTTPException(404, f"no such action {action!r}: cancel, pause or continue")
+    refuse_cross_site(request, f"a {action} request")
+    try:
+        actions[action](request.app.state.settings, batch_id)
+    except control.NotChangeable as exc:
+        raise HTTPException(409, str(exc)) from None
+    return RedirectResponse(f"/batches/{batch_id}", status_code=303)

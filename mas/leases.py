@@ -1,0 +1,176 @@
+"""Step leases: which delivery of a step is running it, and whether it is still alive.
+
+A step (write, render, grade, review) of one attempt of one video claims a lease row before it does its
+work: a fresh token, a start time and a heartbeat that a thread of the running process renews. A second
+delivery of the same step (redelivery while a render is slow, `mas resume` or `mas recover` on a running
+batch, a second gpu worker) finds the live lease and leaves the work alone. A lease whose heartbeat stopped
+(its worker was killed, the machine went away) is dead: the next delivery takes it over, and it is what
+"lost" means to reconcile. Each take-over counts a claim; a step claimed more often than
+`MAS_MAX_DELIVERIES` keeps killing its worker and is given up.
+
+Postgres holds the leases, so they survive a broker that lost its data and are shared by every worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from celery.exceptions import Ignore
+
+from mas.config import Settings
+from mas.db import ready_engine
+from mas.errors import PermanentError
+
+log = logging.getLogger(__name__)
+
+STEPS = ("write", "render", "grade", "review")
+
+
+class StepGivenUp(PermanentError):
+    """The step was claimed more often than allowed: whatever runs it kills its worker."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    video_id: int
+    attempt: int
+    step: str
+    token: str
+    claims: int
+
+    @property
+    def key(self) -> str:
+        """Unique per claim: temporary files of this run carry it, so two runs never share one."""
+        return self.token[:12]
+
+
+_CLAIM = sa.text("""
+    insert into step_leases (video_id, attempt, step, token, worker, claims, started_at, heartbeat_at)
+    values (:video_id, :attempt, :step, :token, :worker, 1, now(), now())
+    on conflict (video_id, attempt, step) do update
+       set token = excluded.token, worker = excluded.worker, claims = step_leases.claims + 1,
+           started_at = now(), heartbeat_at = now()
+     where step_leases.token is null
+        or step_leases.heartbeat_at < now() - make_interval(secs => :expiry)
+    returning claims
+""")
+
+
+def claim(settings: Settings, *, video_id: int, attempt: int, step: str) -> Lease | None:
+    """The lease of this step, or None when another delivery holds a live one (leave the work to it)."""
+    token = uuid.uuid4().hex
+    with ready_engine(settings).begin() as conn:
+        claims = conn.execute(_CLAIM, dict(
+            video_id=video_id, attempt=attempt, step=step, token=token, worker=_worker(),
+            expiry=settings.lease_expiry_seconds,
+        )).scalar_one_or_none()
+    if claims is None:
+        return None
+    return Lease(video_id=video_id, attempt=attempt, step=step, token=token, claims=claims)
+
+
+def renew(settings: Settings, lease: Lease) -> bool:
+    """Beat the lease's heart; False when it was taken over (its heartbeat had stopped for too long)."""
+    with ready_engine(settings).begin() as conn:
+        return conn.execute(sa.text(
+            "update step_leases set heartbeat_at = now() "
+            "where video_id = :v and attempt = :a and step = :s and token = :t"
+        ), dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token)).rowcount == 1
+
+
+def release(settings: Settings, lease: Lease) -> None:
+    """End the lease (the step finished or failed); its claim count stays for the record."""
+    with ready_engine(settings).begin() as conn:
+        conn.execute(sa.text(
+            "update step_leases set token = null, heartbeat_at = now() "
+            "where video_id = :v and attempt = :a and step = :s and token = :t"
+        ), dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token))
+
+
+def running(settings: Settings) -> set[int]:
+    """Videos with a live lease now: a step is running them (whatever the broker says)."""
+    return _videos(settings, "heartbeat_at >= now() - make_interval(secs => :expiry)")
+
+
+def dead(settings: Settings) -> set[int]:
+    """Videos with a dead lease: a step started and its heartbeat stopped (its worker is gone)."""
+    return _videos(settings, "heartbeat_at < now() - make_interval(secs => :expiry)")
+
+
+def last_activity(settings: Settings) -> dict:
+    """Per video, when a step of it last showed life (claimed, renewed or released its lease)."""
+    with ready_engine(settings).begin() as conn:
+        return dict(conn.execute(sa.text("select video_id, max(heartbeat_at) from step_leases group by video_id")).all())
+
+
+def _videos(settings: Settings, condition: str) -> set[int]:
+    with ready_engine(settings).begin() as conn:
+        return set(conn.execute(sa.text(
+            f"select distinct video_id from step_leases where token is not null and {condition}"
+        ), dict(expiry=settings.lease_expiry_seconds)).scalars())
+
+
+@contextmanager
+def held(settings: Settings, *, video_id: int, attempt: int, step: str) -> Iterator[Lease | None]:
+    """Claim the step for the block and keep its heartbeat going; yields None when another delivery runs
+    it. Past `MAS_MAX_DELIVERIES` claims the step is given up (`StepGivenUp`)."""
+    lease = claim(settings, video_id=video_id, attempt=attempt, step=step)
+    if lease is None:
+        yield None
+        return
+    try:
+        if lease.claims > settings.max_deliveries:
+            raise StepGivenUp(
+                f"{step} of video {video_id} attempt {attempt} started {lease.claims} times without finishing "
+                "(its worker kept dying)"
+            )
+        with _heartbeat(settings, lease):
+            yield lease
+    finally:
+        release(settings, lease)
+
+
+@contextmanager
+def hold_step(settings: Settings, *, video_id: int, attempt: int, step: str) -> Iterator[Lease]:
+    """For a task body: hold the step's lease, or end the task quietly (Celery's `Ignore`: no error, no next
+    step) when another delivery is running the same step."""
+    with held(settings, video_id=video_id, attempt=attempt, step=step) as lease:
+        if lease is None:
+            log.info("%s of video %s attempt %s is running elsewhere; leaving it alone", step, video_id, attempt)
+            raise Ignore()
+        yield lease
+
+
+@contextmanager
+def _heartbeat(settings: Settings, lease: Lease) -> Iterator[None]:
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(settings.lease_heartbeat_seconds):
+            try:
+                if not renew(settings, lease):
+                    log.error("lease of %s video %s attempt %s was taken over", lease.step, lease.video_id,
+                              lease.attempt)
+                    return
+            except Exception as exc:  # the database is briefly away: keep trying until it answers
+                log.warning("lease heartbeat failed: %s", exc)
+
+    thread = threading.Thread(target=beat, name=f"lease-{lease.step}-{lease.video_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def _worker() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
