@@ -1,8 +1,11 @@
 """The gpu queue's pipeline steps: render an attempt, then grade it.
 
-Both are guarded like the cpu steps: a render redelivered after its worker died (state still
-`generating`, no output yet) renders again; a step whose work is already committed passes the payload on;
-anything further along stops the chain.
+Both hold the step's lease (`mas.leases`) while they run, so a second delivery of a running step leaves
+it alone, and both are guarded like the cpu steps: a render redelivered after its worker died (state
+still `generating`) renders again under the attempt's stored render id (a ComfyUI render re-attaches to
+its prompt); a step whose work is already committed passes the payload on; anything further along, or a
+paused or cancelled batch, stops the chain. A render writes to a scratch file unique to its lease and
+moves it into place once it plays; a cancelled video's render stops itself and the worker stays.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ def _render(task, settings, payload: dict, lease: leases.Lease) -> dict:
         log.info("render of video %s attempt %s stopped: the video was cancelled", video_id, attempt)
         raise Ignore() from None
     except VideoUnreadable as exc:
+        _forget_render(settings, video_id, attempt)  # the next try renders anew instead of fetching this file
         raise RenderUnplayable(f"the {settings.video_backend} backend wrote a file that does not play: {exc}") from exc
     finally:
         scratch.unlink(missing_ok=True)
@@ -143,6 +147,13 @@ def _render(task, settings, payload: dict, lease: leases.Lease) -> dict:
             .values(output_path=str(target), render_seconds=seconds, backend=settings.video_backend)
         )
     return payload
+
+
+def _forget_render(settings, video_id: int, attempt: int) -> None:
+    with session_scope(settings) as session:
+        session.execute(
+            sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt).values(render_id=None)
+        )
 
 
 def _stop_when_cancelled(settings, video_id: int, *, every_s: float = 1.0):

@@ -74,6 +74,7 @@ class ComfyUIStandIn:
         self.prompts: list[dict[str, Any]] = []  # every POST /prompt body, failed ones included
         self.queued: list[str] = []  # ids of the prompts it accepted, in order (an id sent again counts again)
         self.executions: Counter[str] = Counter()  # prompt id -> how many times a render of it started
+        self.successes: Counter[str] = Counter()  # prompt id -> how many renders of it finished well
         self.websockets: list[str] = []  # clientId of every websocket request, refused ones included
         self.history: dict[str, dict[str, Any]] = {}
         self.views: list[dict[str, str]] = []
@@ -273,6 +274,7 @@ class ComfyUIStandIn:
             await self._send(client_id, {"type": kind, "data": data})
 
         def finish(outputs: dict[str, Any], *, ok: bool) -> None:
+            self.successes[job.prompt_id] += ok
             self.history[job.prompt_id] = {
                 "prompt": job.listed(),
                 "outputs": outputs,

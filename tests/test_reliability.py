@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,9 @@ def assert_batch_exact(studio: IsolatedStudio, batch_id: int, total: int) -> lis
     return videos
 
 
-@pytest.mark.studio_env(MAS_PREVIEW_RENDER_SECONDS="2")
+@pytest.mark.studio_env(
+    MAS_PREVIEW_RENDER_SECONDS="2", MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="2"
+)
 def test_gpu_worker_killed_mid_render(studio):
     studio.worker("cpu", concurrency=2)
     gpu = studio.worker("gpu")
@@ -62,6 +65,7 @@ def test_gpu_worker_killed_mid_render(studio):
     )
     gpu.kill()  # the render dies with its worker; its message stays unacked in Redis
     studio.worker("gpu")
+    time.sleep(2.5)  # until the killed render's lease has missed its heartbeats: then it counts as lost
     result = studio.mas("recover")
     assert result.returncode == 0, result.stderr
     studio.wait_batch(batch_id)
