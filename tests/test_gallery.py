@@ -330,3 +330,57 @@ def test_a_loopback_server_answers_only_to_loopback_host_names(settings, studio)
     for host in ("attacker.example:8000", "127.0.0.3", "[::1", ""):  # DNS rebinding, or a broken header
         refused = client.get("/", headers={"Host": host})
         assert refused.status_code == 400 and "loopback host names" in refused.text
+
+
+def _held_batch(settings, videos: int) -> tuple[int, list[int]]:
+    """A running batch whose videos no message carries (nothing renders them meanwhile)."""
+    with session_scope(settings) as s:
+        batch = Batch(request="Create videos of tide pools", kind="batch", theme="tide pools", total=videos,
+                      status=BatchStatus.running)
+        s.add(batch)
+        s.flush()
+        rows = [Video(batch_id=batch.id, position=n, concept=f"tide pool {n}") for n in range(1, videos + 1)]
+        s.add_all(rows)
+        s.flush()
+        return batch.id, [v.id for v in rows]
+
+
+def _status(settings, batch_id: int) -> BatchStatus:
+    with session_scope(settings) as s:
+        return s.get(Batch, batch_id).status
+
+
+def test_batch_page_buttons_pause_and_cancel_as_the_commands_do(client, settings, workers):
+    batch_id, video_ids = _held_batch(settings, 2)
+    origin = {"Origin": "http://testserver"}
+    page = client.get(f"/batches/{batch_id}")
+    assert f'action="/batches/{batch_id}/pause"' in page.text and f'action="/batches/{batch_id}/cancel"' in page.text
+
+    cross_site = client.post(f"/batches/{batch_id}/cancel", headers={"Origin": "https://evil.example"})
+    assert cross_site.status_code == 403 and _status(settings, batch_id) == BatchStatus.running
+    assert client.post(f"/batches/{batch_id}/explode", headers=origin).status_code == 404
+
+    paused = client.post(f"/batches/{batch_id}/pause", headers=origin, follow_redirects=False)
+    assert paused.status_code == 303 and _status(settings, batch_id) == BatchStatus.paused
+    assert f'action="/batches/{batch_id}/continue"' in client.get(f"/batches/{batch_id}").text
+
+    cancelled = client.post(f"/batches/{batch_id}/cancel", headers=origin, follow_redirects=False)
+    assert cancelled.status_code == 303 and _status(settings, batch_id) == BatchStatus.cancelled
+    assert {v.state for v in videos_of(settings, batch_id)} == {VideoState.cancelled}
+    again = client.post(f"/batches/{batch_id}/continue", headers=origin)
+    assert again.status_code == 409 and "not paused; nothing changed" in again.text
+    assert "/cancel" not in client.get(f"/batches/{batch_id}").text  # a cancelled batch offers no buttons
+
+
+def test_cancelling_each_video_of_a_batch_finishes_it(settings):
+    batch_id, (first, second) = _held_batch(settings, 2)
+    runner = CliRunner()
+    result = runner.invoke(main, ["cancel", "--video", str(first)])
+    assert result.exit_code == 0 and f"video {first} cancelled" in result.output
+    assert _status(settings, batch_id) == BatchStatus.running  # the batch goes on with its other video
+    assert runner.invoke(main, ["cancel", "--video", str(second)]).exit_code == 0
+    assert _status(settings, batch_id) == BatchStatus.done
+    twice = runner.invoke(main, ["cancel", "--video", str(first)])
+    assert twice.exit_code == 1 and "already cancelled; nothing changed" in twice.output
+    neither = runner.invoke(main, ["cancel"])
+    assert neither.exit_code == 2 and "give a BATCH" in neither.output
