@@ -8,6 +8,7 @@ delivery count, so a task that kills its worker would otherwise be redelivered f
 from __future__ import annotations
 
 import logging
+import math
 from functools import partial
 
 from celery import Celery, Task
@@ -18,7 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from mas import names
 from mas.clients import redis_client
 from mas.config import Settings
-from mas.errors import PermanentError
+from mas.errors import PeerUnavailable, PermanentError
 from mas.names import CPU_QUEUE, GPU_QUEUE, GRADE_QUEUE
 from mas.queue_order import StickyCycle
 
@@ -41,6 +42,7 @@ class StudioTask(Task):
     `max_deliveries` the task is not run again: it fails with `GivenUp` (permanent), so its `on_failure`
     records the reason and the chain stops there.
     A database that is briefly away (a restart, a failover) is waited out with backed-off retries.
+    A task with `waits_for_peers` also waits out a server it needs (an LLM, Letta) that is away.
     """
 
     #: Deliveries allowed for one run of this task (None: `Settings.max_deliveries`).
@@ -52,6 +54,10 @@ class StudioTask(Task):
     #: Back off 1, 2, 4 ... seconds between retries, at most `retry_backoff_max`, with jitter.
     retry_backoff = True
     retry_backoff_max = 60
+    #: Wait out an unreachable peer (`PeerUnavailable`: an LLM or Letta server down): try again every
+    #: `agent_retry_backoff_max_seconds` for up to `peer_wait_seconds`, then fail with the reason. Such a
+    #: task lists `PeerUnavailable` in `dont_autoretry_for`, so its other retries are not spent on the wait.
+    waits_for_peers: bool = False
 
     def __call__(self, *args, **kwargs):
         if self.request.called_directly or self.request.id is None:
@@ -64,7 +70,17 @@ class StudioTask(Task):
         if count > cap:
             log.error("%s[%s] delivered %d times; giving it up", self.name, self.request.id, count)
             raise GivenUp(f"delivered {count} times: its worker kept dying; given up")
-        return self.run(*args, **kwargs)
+        try:
+            return self.run(*args, **kwargs)
+        except PeerUnavailable as exc:
+            if not self.waits_for_peers:
+                raise
+            settings = self.app.settings
+            every = settings.agent_retry_backoff_max_seconds
+            tries = max(1, math.ceil(settings.peer_wait_seconds / every))
+            log.warning("%s[%s] waits for a peer (%d of %d, every %d s): %s",
+                        self.name, self.request.id, self.request.retries + 1, tries, every, exc)
+            raise self.retry(exc=exc, countdown=every, max_retries=tries)
 
 
 class GivenUp(PermanentError):

@@ -72,8 +72,10 @@ class Settings(BaseSettings):
     )
 
     # --- backends ------------------------------------------------------------------------------
-    agent_backend: Literal["offline", "letta"] = Field(
-        default="offline", description="Who plays Director / Writer / Cameraman."
+    agent_backend: Literal["offline", "letta", "llm"] = Field(
+        default="offline",
+        description="Who plays Director / Writer / Cameraman: offline rules, a Letta server, or agents "
+        "over any OpenAI-compatible chat endpoint with the studio's own memory (llm).",
     )
     video_backend: Literal["preview", "comfyui", "diffusers"] = Field(
         default="preview", description="What renders videos on the gpu queue."
@@ -141,6 +143,37 @@ class Settings(BaseSettings):
         default="openai/text-embedding-3-small", description="Embedding handle the agents use."
     )
 
+    # --- llm (agents over an OpenAI-compatible chat endpoint) ----------------------------------
+    llm_url: str = Field(
+        default="http://127.0.0.1:8080/v1",
+        description="OpenAI-compatible API base URL (vLLM, llama.cpp's server, Ollama's /v1, a hosted API).",
+    )
+    llm_model: str = Field(default="local", description="Model name sent with every chat request.")
+    llm_api_key: SecretStr | None = Field(default=None, description="API key of the endpoint (never printed).")
+    llm_structured: Literal["auto", "json_schema", "json_object", "tools", "prompt"] = Field(
+        default="auto",
+        description="How replies are constrained: json_schema (OpenAI response_format), json_object "
+        "(llama.cpp's schema extension), tools (a forced function call), prompt (instructions only), or "
+        "auto: the first of json_schema, tools, prompt that the endpoint accepts.",
+    )
+    llm_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="Longest one chat request may take (a reply that never ends is cut)."
+    )
+    llm_max_tokens: int = Field(default=1024, gt=0, description="Most tokens one reply may have.")
+    llm_temperature: float = Field(default=0.4, ge=0, le=2, description="Sampling temperature of replies.")
+    llm_reply_retries: int = Field(
+        default=2, ge=0,
+        description="Times a malformed reply is asked again, with the validation error shown to the model.",
+    )
+    llm_context_chars: int = Field(
+        default=12000, gt=1000,
+        description="Most characters of recalled messages (running summary included) sent with a call.",
+    )
+    writer_candidates: int = Field(
+        default=1, ge=1, le=8,
+        description="Prompts the llm Writer proposes per attempt; above 1 the user's taste picks one.",
+    )
+
     # --- gallery -------------------------------------------------------------------------------
     gallery_user: str | None = Field(default=None, description="Gallery basic-auth user (`mas serve`).")
     gallery_password: SecretStr | None = Field(default=None, description="Gallery basic-auth password.")
@@ -183,6 +216,10 @@ class Settings(BaseSettings):
     )
     agent_retry_backoff_max_seconds: int = Field(
         default=60, gt=0, description="Longest wait between two retries of an agent step (backoff doubles up to it)."
+    )
+    peer_wait_seconds: int = Field(
+        default=6 * 3600, gt=0,
+        description="How long an agent step waits for its server (LLM, Letta) to come back before failing.",
     )
     reconcile_every_seconds: float = Field(
         default=60, gt=0, description="How often beat runs reconcile (re-sends what the broker lost)."

@@ -20,7 +20,7 @@ from mas import agents, leases, names, states
 from mas.agents.roles import WriterBrief
 from mas.celery_app import app
 from mas.db import session_scope
-from mas.errors import RetryableError
+from mas.errors import PeerUnavailable, RetryableError
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
 from mas.models import (
@@ -43,13 +43,16 @@ from mas.outcomes import (
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
-# A transient failure (an agent reply that can't be parsed yet, a server briefly away) is retried with backoff.
+# A transient failure (an agent reply that can't be parsed yet) is retried with backoff; a server that is
+# away is waited for (`StudioTask.waits_for_peers`): the batch waits and resumes when it returns.
 AGENT_RETRY = dict(
-    autoretry_for=(*app.Task.autoretry_for, RetryableError), retry_backoff=2,
+    autoretry_for=(*app.Task.autoretry_for, RetryableError), dont_autoretry_for=(PeerUnavailable,),
+    waits_for_peers=True, retry_backoff=2,
     retry_backoff_max=app.settings.agent_retry_backoff_max_seconds, retry_jitter=True,
     max_retries=app.settings.agent_retries,
 )
 S = VideoState
+ARCHIVAL_PATTERNS = 3  # accepted and rejected past attempts nearest the concept, given to the Writer
 
 
 def _payload(video: Video, attempt: int) -> dict:
@@ -163,7 +166,9 @@ def _brief(settings, session, video: Video, attempt: int) -> WriterBrief:
         approach = session.scalar(
             sa.select(ABVariation.approach).where(ABVariation.video_id == video.id)
         ) or ""
-    successes = [r.metadata.get("prompt", r.text) for r in ArchivalMemory(settings).search(video.concept, tags=["success"], limit=1)]
+    archive = ArchivalMemory(settings)  # retrieved before the call: the Writer's patterns come from here
+    successes = [r.metadata.get("prompt", r.text) for r in archive.search(video.concept, tags=["success"], limit=ARCHIVAL_PATTERNS)]
+    failures = [r.text for r in archive.search(video.concept, tags=["failure"], limit=ARCHIVAL_PATTERNS)]
     previous = []
     if attempt > 1:
         previous = session.scalar(
@@ -172,7 +177,7 @@ def _brief(settings, session, video: Video, attempt: int) -> WriterBrief:
     return WriterBrief(
         concept=video.concept, attempt=attempt, user_style=style, series=series,
         winning_patterns=list(ab["WINNING_PATTERNS"]), failure_patterns=list(quality["FAILURE_PATTERNS_TO_AVOID"]),
-        past_successes=successes, previous_failures=list(previous), approach=approach,
+        past_successes=successes, past_failures=failures, previous_failures=list(previous), approach=approach,
     )
 
 

@@ -30,8 +30,10 @@ from pydantic import SecretStr
 
 from mas.agents import letta as backend
 from mas.agents.letta import maintenance as maint
+from mas.agents import protocol
 from mas.agents.letta import prompts
-from mas.agents.letta.replies import parse_json_object, reply_candidates
+from mas.agents.letta.replies import reply_candidates
+from mas.agents.replies import parse_json_object
 from mas.agents.offline import (
     OfflineCameraman,
     OfflineConsolidator,
@@ -430,7 +432,7 @@ def test_an_agent_without_send_message_answers_with_an_assistant_message(letta_s
     """Letta agents without sleeptime reply with plain assistant messages; the same parser reads them."""
     scratch = api.agents.create(name="scratch-no-sleeptime", model=MODEL, embedding=EMBEDDING, system="You answer tasks.")
     try:
-        text = prompts.task_message("read_style", {"feedback": "bright cheerful colors"}, "{}")
+        text = protocol.task_message("read_style", {"feedback": "bright cheerful colors"}, "{}")
         response = api.agents.messages.create(scratch.id, messages=[{"role": "user", "content": text}])
         assert "assistant_message" in [m.message_type for m in response.messages]
         assert "tool_call_message" not in [m.message_type for m in response.messages]

@@ -25,4 +25,8 @@ def backend(settings: Settings) -> Agents:
         from mas.agents.letta import letta_agents
 
         return letta_agents(settings)
-    raise InvalidSettings(f"unknown agent backend {settings.agent_backend!r}; use offline or letta")
+    if settings.agent_backend == "llm":
+        from mas.agents.llm import llm_agents
+
+        return llm_agents(settings)
+    raise InvalidSettings(f"unknown agent backend {settings.agent_backend!r}; use offline, letta or llm")

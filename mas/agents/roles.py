@@ -49,8 +49,9 @@ class WriterBrief:
     series: dict
     winning_patterns: list[str]
     failure_patterns: list[str]
-    past_successes: list[str]
-    previous_failures: list[str] = field(default_factory=list)
+    past_successes: list[str]  # archival: accepted prompts nearest the concept, nearest first
+    past_failures: list[str] = field(default_factory=list)  # archival: rejected attempts nearest the concept
+    previous_failures: list[str] = field(default_factory=list)  # this video's last attempt
     approach: str = ""
 
 

@@ -166,6 +166,27 @@ def begin_run(settings: Settings, agent: str) -> int:
     return cleared
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecallStats:
+    """What an agent's recall holds: every message it saw, the live part, and the time they span."""
+
+    total: int
+    live: int
+    oldest: datetime | None
+    newest: datetime | None
+
+
+def stats(settings: Settings, agent: str) -> RecallStats:
+    """Counts and time span of an agent's messages (what its context's memory statistics report)."""
+    _check_agent(agent)
+    with session_scope(settings) as session:
+        total, oldest, newest = session.execute(
+            sa.select(sa.func.count(), sa.func.min(AgentMessage.created_at), sa.func.max(AgentMessage.created_at))
+            .where(AgentMessage.agent == agent)
+        ).one()
+        return RecallStats(total=total, live=_live_count(session, agent), oldest=oldest, newest=newest)
+
+
 def count(settings: Settings, agent: str) -> int:
     """Messages in the agent's live buffer."""
     _check_agent(agent)

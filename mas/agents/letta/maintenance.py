@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaError, LettaUnavailable
-from mas.agents.letta.roles import agent_turn
+from mas.agents.serial import agent_turn
 from mas.agents.letta.server import ROLES, find_agent, in_context, sleeptime_group
 from mas.agents.letta.status import health
 from mas.config import Settings

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from mas import db, locks, names
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaRejected
-from mas.agents.letta.prompts import SLEEPTIME_PERSONA, SLEEPTIME_PERSONA_LABEL, system_prompt
+from mas.agents.letta.prompts import SLEEPTIME_PERSONA, SLEEPTIME_PERSONA_LABEL
+from mas.agents.protocol import system_prompt
 from mas.agents.letta.server import (
     ROLES,
     TAG,

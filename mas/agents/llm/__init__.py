@@ -1,0 +1,32 @@
+"""Agents over any OpenAI-compatible chat endpoint, with the studio's own memory (MAS_AGENT_BACKEND=llm).
+
+The roles are `mas.agents.asking`'s (the same questions the Letta backend sends); each role is an
+`LLMAgent` whose core, recall and archival memory the studio keeps in Postgres (`context`). The Director's
+sleeptime companion consolidates from a clear buffer every MAS_SLEEPTIME_FREQUENCY interactions.
+"""
+
+from mas.agents.asking import AskingCameraman, AskingConsolidator, AskingDirector, AskingWriter, Ranker
+from mas.agents.llm.agent import Exchange, LLMAgent
+from mas.agents.llm.errors import LLMError, LLMMisconfigured, LLMRejected, LLMReplyError, LLMUnavailable
+from mas.agents.roles import Agents
+from mas.config import Settings
+
+
+def llm_agents(settings: Settings, *, rank: Ranker | None = None, serialize: bool = True) -> Agents:
+    """The four roles played by llm agents; `rank` (the user's taste) picks among Writer candidates."""
+    return Agents(
+        director=AskingDirector(LLMAgent(settings, "director", serialize=serialize)),
+        writer=AskingWriter(
+            LLMAgent(settings, "writer", serialize=serialize), candidates=settings.writer_candidates, rank=rank,
+        ),
+        cameraman=AskingCameraman(LLMAgent(settings, "cameraman", serialize=serialize)),
+        consolidator=AskingConsolidator(
+            LLMAgent(settings, "director_sleeptime", history=False, serialize=serialize)
+        ),
+    )
+
+
+__all__ = [
+    "Exchange", "LLMAgent", "LLMError", "LLMMisconfigured", "LLMRejected", "LLMReplyError", "LLMUnavailable",
+    "llm_agents",
+]

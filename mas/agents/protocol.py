@@ -1,0 +1,86 @@
+"""What the model-backed agents are told: personas, the task protocol, and one `Question` per role task.
+
+Every role call is one message in the protocol below (TASK, INPUT, REPLY, RULES), answered by one JSON
+object that a pydantic model of `mas.agents.replies` validates. The Letta and the llm backends send the
+same questions; only the transport differs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+PERSONAS = {
+    "director": (
+        "You are the Director of an autonomous AI video studio. You plan production batches, content "
+        "series and A/B tests, read what users say about the style they like, and consolidate recent "
+        "production activity into a short summary and reusable learnings."
+    ),
+    "writer": (
+        "You are the Writer of an autonomous AI video studio. You write prompts for a text-to-video model "
+        "(LTX-2): one vivid sentence or short paragraph naming subject, action, camera, lighting, colour "
+        "palette and atmosphere. You apply the user's learned style, the series' rules and winning "
+        "patterns, you prevent known failure patterns, and you never include anything the user dislikes."
+    ),
+    "cameraman": (
+        "You are the Cameraman of an autonomous AI video studio. You judge each rendered attempt from its "
+        "grade and quality scores: accept it when the grade meets the minimum; otherwise name what failed "
+        "and either ask for a refinement with a concrete strategy, or give up when attempts are used up."
+    ),
+}
+
+PROTOCOL = (
+    "\n\nYour core memory holds the studio's shared memory blocks, each a JSON object: session_state, "
+    "user_style, quality_standards, production_queue, current_series and ab_testing. Read them; the "
+    "studio writes them.\n"
+    "Every message you receive is a task in three lines: `TASK <name>`, `INPUT <json>` and "
+    "`REPLY <json shape>`, sometimes followed by `RULES`. Answer with exactly one JSON object of the "
+    "REPLY shape and nothing else (no prose, no code fence), sent with send_message when you have that "
+    "tool, otherwise as your reply."
+)
+
+
+def system_prompt(role: str) -> str:
+    """The system prompt of a role's agent: its persona, then the task protocol."""
+    return PERSONAS[role] + PROTOCOL
+
+
+@dataclass(frozen=True, kw_only=True)
+class Question:
+    """One role task: what is sent, the reply shape in words, and the model that validates the reply."""
+
+    task: str
+    payload: dict[str, Any]
+    shape: str  # the REPLY line: the JSON shape in words a model reads easily
+    reply: type[BaseModel]
+    rules: str = ""
+    context: dict[str, Any] = field(default_factory=dict)  # validation context (e.g. how many videos)
+
+    def message(self) -> str:
+        """The text of the call: TASK, INPUT (JSON), REPLY (the shape wanted), RULES."""
+        return task_message(self.task, self.payload, self.shape, self.rules)
+
+    def schema(self) -> dict[str, Any]:
+        """The reply's JSON schema, with list lengths pinned where the context fixes them."""
+        schema = self.reply.model_json_schema()
+        count = self.context.get("count")
+        if count is not None:
+            for name in ("videos", "candidates"):
+                prop = schema.get("properties", {}).get(name)
+                if prop is not None:
+                    prop.update(minItems=count, maxItems=count)
+                    schema.setdefault("required", [])
+                    if name not in schema["required"]:
+                        schema["required"].append(name)
+        return schema
+
+
+def task_message(task: str, payload: dict[str, Any], reply: str, rules: str = "") -> str:
+    """The text of one role call: TASK, INPUT (JSON), REPLY (the JSON shape wanted), RULES."""
+    lines = [f"TASK {task}", f"INPUT {json.dumps(payload, ensure_ascii=False, default=str)}", f"REPLY {reply}"]
+    if rules:
+        lines.append(f"RULES {rules}")
+    return "\n".join(lines)

