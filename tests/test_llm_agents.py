@@ -8,7 +8,9 @@ every reply it validated is written to `.test-artifacts/llm-exchanges.md` for a 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -47,16 +49,21 @@ def real_llm(tmp_path_factory):
         yield server
 
 
+CONTEXT_CHARS = 2000
+"""Recalled context per call: small, so 2 CPU cores answer a call in seconds (production keeps the default)."""
+
+
 def _llm_settings(settings: Settings, url: str, **extra) -> Settings:
     return settings.model_copy(update={
-        "agent_backend": "llm", "llm_url": url, "llm_model": MODEL_NAME, "llm_timeout_seconds": 120, **extra,
+        "agent_backend": "llm", "llm_url": url, "llm_model": MODEL_NAME, "llm_timeout_seconds": 120,
+        "llm_context_chars": CONTEXT_CHARS, **extra,
     })
 
 
 def _env(url: str, **extra: str) -> dict[str, str]:
     return {
         "MAS_AGENT_BACKEND": "llm", "MAS_LLM_URL": url, "MAS_LLM_MODEL": MODEL_NAME, "MAS_PREVIEW_RENDER_SECONDS": "0",
-        **extra,
+        "MAS_LLM_CONTEXT_CHARS": str(CONTEXT_CHARS), **extra,
     }
 
 
@@ -192,18 +199,18 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
         studio.worker("cpu", concurrency=2)
         studio.worker("gpu")
         assert studio.mas("memory", "set", "quality_standards", "MAX_RETRIES", "2").returncode == 0
-        batches = [
-            studio.enqueue("Create 2 videos of mythical creatures"),
-            studio.enqueue('Create a 2-part series called "Guardian" about a forest guardian'),
-            studio.enqueue("A/B test 2 variations of a lighthouse in a storm"),
-        ]
+        batches = [studio.enqueue("Create a video of a mythical creature")]
+        for command in (["series", "Forest Guardian", "--episodes", "2"], ["ab", "a lighthouse in a storm", "--variations", "2"]):
+            result = studio.mas(*command)
+            assert result.returncode == 0, result.stderr
+            batches.append(int(re.search(r"batch (\d+)", result.stdout).group(1)))
         for batch_id in batches:
-            studio.wait_batch(batch_id, timeout=900)
+            studio.wait_batch(batch_id, timeout=500)
         videos = [v for b in batches for v in studio.videos(b)]
         with db.session_scope(studio.settings) as s:
             kinds = [s.get(Batch, b).kind for b in batches]
         _record_exchanges(studio.settings, "a batch, a series and an A/B test on the real model")
-    assert kinds == ["batch", "series", "ab"] and len(videos) == 6
+    assert kinds == ["batch", "series", "ab"] and len(videos) == 5
     assert all(v.state in (VideoState.accepted, VideoState.failed) for v in videos)
     assert not any("failed:" in r for v in videos for r in (v.failure_reasons or []))  # no step failed
     assert any(v.attempt_count > 1 for v in videos), "no refinement round ran"
@@ -247,3 +254,44 @@ def test_a_batch_whose_planning_cannot_succeed_ends_failed_with_the_reason(tmp_p
                 batch = s.get(Batch, batch_id)
                 assert batch.status == BatchStatus.failed and reason in batch.failure_reason
             assert studio.videos(batch_id) == []  # nothing half-written
+
+
+# --- the user's taste picks among the Writer's candidates ----------------------------------------------
+
+
+def _pick(settings: Settings, chosen: str, rejected: str, n: int) -> None:
+    from mas.models import ABSelection, ABTest
+
+    with db.session_scope(settings) as s:
+        for _ in range(n):
+            test = ABTest(concept="c", status="closed", winner_label="A")
+            s.add(test)
+            s.flush()
+            s.add(ABSelection(test_id=test.id, chosen_label="A", chosen_prompt=chosen, rejected_prompts=[rejected], concept="c"))
+
+
+def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
+    from mas import agents, taste
+
+    neon, pastoral = "a neon-lit cyberpunk alley at night, rain", "a sunny meadow with sheep, soft pastoral light"
+    _pick(clean, chosen="a neon city street at night, glowing signs", rejected="a quiet farm field at noon", n=4)
+    _pick(clean, chosen="cyberpunk rooftops in neon rain", rejected="cows grazing on a green hillside", n=4)
+    learned = taste.current(clean)
+    assert learned is not None and learned.pairs == 8
+    assert learned.probability(neon, pastoral, settings=clean) > 0.6
+    reply = json.dumps({"candidates": [{"prompt": pastoral}, {"prompt": neon}]})
+    with FaultyLLM([reply]) as llm:
+        settings = _llm_settings(clean, llm.url, writer_candidates=2, llm_structured="json_schema")
+        draft = agents.backend(settings).writer.write(BRIEF)
+    assert draft.prompt == neon  # the model's first candidate lost to the user's taste
+    schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["candidates"]["minItems"] == 2
+
+
+def test_without_enough_picks_the_models_first_candidate_wins(clean):
+    from mas import agents
+
+    reply = json.dumps({"candidates": [{"prompt": "first"}, {"prompt": "second"}]})
+    with FaultyLLM([reply]) as llm:
+        settings = _llm_settings(clean, llm.url, writer_candidates=2, llm_structured="json_schema")
+        assert agents.backend(settings).writer.write(BRIEF).prompt == "first"

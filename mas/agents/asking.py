@@ -32,6 +32,7 @@ from mas.agents.roles import (
     WriterBrief,
     draft_seed,
 )
+from mas.config import grade_at_least
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class AskingWriter:
 
 
 class AskingCameraman:
-    """Judges attempts; never lets a refinement exceed the retry limit."""
+    """Judges attempts; never accepts below the minimum grade, never refines past the retry limit."""
 
     def __init__(self, asker: Asker) -> None:
         self._asker = asker
@@ -152,6 +153,9 @@ class AskingCameraman:
         ))
         assert isinstance(reply, VerdictReply)
         action = reply.action
+        if action == "accept" and not grade_at_least(grade, min_grade):  # the studio's standard holds
+            log.info("cameraman accepted grade %s below the minimum %s; refining instead", grade, min_grade)
+            action = "refine"
         if action == "refine" and attempt >= max_retries:
             log.info("cameraman asked to refine attempt %d of %d; failing instead", attempt, max_retries)
             action = "fail"

@@ -59,6 +59,14 @@ Texts = Annotated[list[str], BeforeValidator(_as_texts)]
 """A list of texts; one text becomes a list of one."""
 
 
+def _exactly(items: list, info: ValidationInfo, what: str) -> list:
+    """As many items as the validation context's `count` asks for (any number without one)."""
+    wanted = (info.context or {}).get("count")
+    if wanted is not None and len(items) != wanted:
+        raise ValueError(f"{len(items)} {what} where exactly {wanted} were asked")
+    return items
+
+
 class Reply(BaseModel):
     """A reply: unknown fields are ignored, known ones must have their type."""
 
@@ -78,13 +86,7 @@ class PlanReply(Reply):
     consistency_rules: Texts = []
     series_elements: Texts = []
 
-    @field_validator("videos")
-    @classmethod
-    def _count(cls, videos: list[PlannedVideoReply], info: ValidationInfo) -> list[PlannedVideoReply]:
-        wanted = (info.context or {}).get("count")
-        if wanted is not None and len(videos) != wanted:
-            raise ValueError(f"{len(videos)} videos where exactly {wanted} were asked")
-        return videos
+    _count = field_validator("videos")(lambda items, info: _exactly(items, info, "videos"))
 
 
 class StyleReply(Reply):
@@ -109,13 +111,7 @@ class CandidatesReply(Reply):
 
     candidates: list[DraftReply] = Field(min_length=1)
 
-    @field_validator("candidates")
-    @classmethod
-    def _count(cls, candidates: list[DraftReply], info: ValidationInfo) -> list[DraftReply]:
-        wanted = (info.context or {}).get("count")
-        if wanted is not None and len(candidates) != wanted:
-            raise ValueError(f"{len(candidates)} candidates where exactly {wanted} were asked")
-        return candidates
+    _count = field_validator("candidates")(lambda items, info: _exactly(items, info, "candidates"))
 
 
 class VerdictReply(Reply):

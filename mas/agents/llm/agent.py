@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ class Exchange:
     agent: str
     task: str
     tries: int
+    seconds: float
     prompt_tokens: int
     completion_tokens: int
     mode: str
@@ -68,20 +70,22 @@ class LLMAgent:
         messages.append({"role": "user", "content": question.message()})
         schema = question.schema()
         prompt_tokens = completion_tokens = 0
+        started = time.monotonic()
         for attempt in range(1, self.settings.llm_reply_retries + 2):
             completion = complete(self.settings, alternating(messages), schema=schema, name=question.task)
             prompt_tokens += completion.prompt_tokens
             completion_tokens += completion.completion_tokens
             self.last = Exchange(
-                agent=self.agent, task=question.task, tries=attempt, prompt_tokens=prompt_tokens,
+                agent=self.agent, task=question.task, tries=attempt, seconds=time.monotonic() - started,
+                prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens, mode=completion.mode,
             )
             reply, trouble = _validated(question, completion.text)
             if reply is not None:
-                log.info("%s %s: valid reply after %d tries (%d+%d tokens, %s)", self.agent, question.task,
-                         attempt, prompt_tokens, completion_tokens, completion.mode)
+                log.info("llm %s %s: valid reply after %d tries in %.2f s (%d+%d tokens, %s)", self.agent,
+                         question.task, attempt, self.last.seconds, prompt_tokens, completion_tokens, completion.mode)
                 return reply, json.dumps(reply.model_dump(), ensure_ascii=False)
-            log.warning("%s %s: reply %d invalid: %s", self.agent, question.task, attempt, trouble)
+            log.warning("llm %s %s: reply %d invalid: %s", self.agent, question.task, attempt, trouble)
             messages += [
                 {"role": "assistant", "content": completion.text[:REPLY_EXCERPT_CHARS * 10]},
                 {"role": "user", "content": f"That reply is invalid: {trouble}. Answer again with exactly one "
