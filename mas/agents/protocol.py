@@ -64,8 +64,13 @@ class Question:
         return task_message(self.task, self.payload, self.shape, self.rules)
 
     def schema(self) -> dict[str, Any]:
-        """The reply's JSON schema, with list lengths pinned where the context fixes them."""
-        schema = self.reply.model_json_schema()
+        """The reply's JSON schema for the endpoint, with list lengths pinned where the context fixes them.
+
+        Maximum string lengths are left out: llama.cpp turns `maxLength` into one nested grammar rule per
+        character and refuses long ones (its server then died, in 0.3.36); the studio checks lengths itself,
+        and MAS_LLM_MAX_TOKENS bounds a reply.
+        """
+        schema = _without_string_lengths(self.reply.model_json_schema())
         count = self.context.get("count")
         if count is not None:
             for name in ("videos", "candidates"):
@@ -76,6 +81,14 @@ class Question:
                     if name not in schema["required"]:
                         schema["required"].append(name)
         return schema
+
+
+def _without_string_lengths(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_string_lengths(v) for k, v in schema.items() if k != "maxLength"}
+    if isinstance(schema, list):
+        return [_without_string_lengths(v) for v in schema]
+    return schema
 
 
 def task_message(task: str, payload: dict[str, Any], reply: str, rules: str = "") -> str:

@@ -49,13 +49,32 @@ def _as_texts(value: Any) -> Any:
     return value
 
 
-Text = Annotated[str, BeforeValidator(_as_text)]
+TEXT_MAX_CHARS = 600
+"""Longest text field (a concept, a reason); bounds also what a schema-constrained model may ramble."""
+
+PROMPT_MAX_CHARS = 1500
+"""Longest prompt for the video model."""
+
+LIST_MAX_ITEMS = 10
+"""Most entries of a list field (rules, reasons, learnings)."""
+
+Text = Annotated[Annotated[str, StringConstraints(max_length=TEXT_MAX_CHARS)], BeforeValidator(_as_text)]
 """Text; a list of words becomes one comma-separated text."""
 
-RequiredText = Annotated[Annotated[str, StringConstraints(min_length=1)], BeforeValidator(_as_text)]
+RequiredText = Annotated[
+    Annotated[str, StringConstraints(min_length=1, max_length=TEXT_MAX_CHARS)], BeforeValidator(_as_text)
+]
 """Text that must not be empty."""
 
-Texts = Annotated[list[str], BeforeValidator(_as_texts)]
+PromptText = Annotated[
+    Annotated[str, StringConstraints(min_length=1, max_length=PROMPT_MAX_CHARS)], BeforeValidator(_as_text)
+]
+"""A prompt for the video model."""
+
+Texts = Annotated[
+    Annotated[list[Annotated[str, StringConstraints(max_length=TEXT_MAX_CHARS)]], Field(max_length=LIST_MAX_ITEMS)],
+    BeforeValidator(_as_texts),
+]
 """A list of texts; one text becomes a list of one."""
 
 
@@ -102,7 +121,7 @@ class StyleReply(Reply):
 class DraftReply(Reply):
     """`write`: one prompt for the video model."""
 
-    prompt: RequiredText
+    prompt: PromptText
     negative_prompt: Text = ""
 
 

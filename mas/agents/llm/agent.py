@@ -81,6 +81,8 @@ class LLMAgent:
                 completion_tokens=completion_tokens, mode=completion.mode,
             )
             reply, trouble = _validated(question, completion.text)
+            if reply is None and completion.truncated:
+                trouble = f"the reply was cut at {self.settings.llm_max_tokens} tokens (MAS_LLM_MAX_TOKENS); be brief"
             if reply is not None:
                 log.info("llm %s %s: valid reply after %d tries in %.2f s (%d+%d tokens, %s)", self.agent,
                          question.task, attempt, self.last.seconds, prompt_tokens, completion_tokens, completion.mode)

@@ -33,6 +33,7 @@ class Completion:
     """A model's answer: its text (the JSON the reply should be), token counts and how it was constrained."""
 
     text: str
+    truncated: bool  # the reply stopped at MAS_LLM_MAX_TOKENS, not at its end
     prompt_tokens: int
     completion_tokens: int
     mode: str
@@ -107,7 +108,7 @@ def _completion(response: Any, mode: str) -> Completion:
             text = choice.message.content or ""
     usage = response.usage
     return Completion(
-        text=text, mode=mode,
+        text=text, mode=mode, truncated=choice is not None and choice.finish_reason == "length",
         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0, completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
     )
 
