@@ -220,7 +220,6 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
 def test_a_batch_waits_for_a_server_that_is_down_and_resumes_when_it_returns(real_llm, tmp_path):
     from tests.studio import IsolatedStudio
 
-    _need_server()
     port = free_port()
     env = _env(f"http://127.0.0.1:{port}/v1", MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS="1", MAS_PEER_WAIT_SECONDS="600")
     with IsolatedStudio(tmp_path / "studio", **env) as studio:

@@ -58,7 +58,8 @@ def complete(settings: Settings, messages: list[dict[str, Any]], *, schema: dict
     accepted = _accepted(settings.llm_url, settings.llm_model)
     if accepted:
         return _call(settings, messages, schema=schema, name=name, mode=accepted[0])
-    for mode in AUTO_ORDER:
+    *constrained, last = AUTO_ORDER
+    for mode in constrained:
         try:
             completion = _call(settings, messages, schema=schema, name=name, mode=mode)
         except LLMRejected as error:
@@ -66,7 +67,9 @@ def complete(settings: Settings, messages: list[dict[str, Any]], *, schema: dict
             continue
         accepted[:] = [mode]
         return completion
-    raise LLMRejected(f"the LLM endpoint {_where(settings)} refused every structured-reply mode; set MAS_LLM_STRUCTURED")
+    completion = _call(settings, messages, schema=schema, name=name, mode=last)  # its refusal is the request's own
+    accepted[:] = [last]
+    return completion
 
 
 def _call(settings: Settings, messages: list[dict[str, Any]], *, schema: dict[str, Any], name: str, mode: str) -> Completion:
