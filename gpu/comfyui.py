@@ -143,12 +143,14 @@ class ComfyUIBackend:
     """The studio's video backend over a ComfyUI server (MAS_COMFYUI_URL, MAS_COMFYUI_WORKFLOW)."""
 
     name = NAME
+    uses_this_gpu = False  # ComfyUI owns the GPU and queues the renders itself
 
     def __init__(self, *, settings: Settings, client: ComfyUIClient | None = None, timeout: float | None = None):
         """`client` and `timeout` default to what `settings` say; pass them to talk or wait differently."""
         self.workflow = Workflow.load(path=settings.comfyui_workflow, nodes=settings.comfyui_nodes)
         self.client = client or ComfyUIClient(url=settings.comfyui_url, retries=settings.comfyui_retries)
         self.timeout = settings.max_render_seconds * TIMEOUT_SHARE if timeout is None else timeout
+        self.queue_ahead = settings.gpu_lookahead  # renders of this worker that may run before ours
         self.size = {
             "width": settings.video_width,
             "height": settings.video_height,
@@ -158,14 +160,16 @@ class ComfyUIBackend:
 
     def __call__(
         self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, render_id: str,
-        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None, order: float | None = None,
     ) -> Path:
         """Render `prompt` into `output` as ComfyUI prompt `render_id` (or collect that prompt's render);
-        a template without a negative_prompt slot ignores the negative."""
+        a template without a negative_prompt slot ignores the negative. `order` is the prompt's place in
+        ComfyUI's queue (its `number`: lower runs first). The time limit counts from when the prompt
+        starts to run; before that it may wait behind `queue_ahead` renders of the same limit."""
         values = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": seed, **self.size}
         entry = self.client.render(
             self.workflow.fill(values), prompt_id=render_id, progress=progress, timeout=self.timeout,
-            should_stop=should_stop,
+            should_stop=should_stop, number=order, queue_timeout=self.timeout * max(1, self.queue_ahead),
         )
         return self.client.download(self._saved_file(entry), output)
 

@@ -102,10 +102,12 @@ class ComfyUIClient:
     # --- one render ------------------------------------------------------------------------------
     def render(
         self, workflow: dict[str, Any], *, prompt_id: str, progress: Progress | None, timeout: float,
-        should_stop: Callable[[], bool] | None = None,
+        should_stop: Callable[[], bool] | None = None, number: float | None = None, queue_timeout: float = 0.0,
     ) -> dict[str, Any]:
-        """Bring prompt `prompt_id` (running `workflow`) to a successful end; its /history entry."""
-        deadline = time.monotonic() + timeout
+        """Bring prompt `prompt_id` (running `workflow`) to a successful end; its /history entry. `number`
+        places a new prompt in the server's queue (lower runs first; None: at the back); it may wait
+        `queue_timeout` s to start, then run `timeout` s (from its start, when the websocket reports it)."""
+        deadline = time.monotonic() + queue_timeout + timeout
         try:
             check_stop(should_stop, f"ComfyUI prompt {prompt_id}")
             found = self.find(prompt_id)
@@ -119,10 +121,10 @@ class ComfyUIClient:
                 if queued:
                     log.info("following ComfyUI prompt %s (%s), not submitting it again", prompt_id, found.state)
                 else:
-                    self.submit(workflow, prompt_id=prompt_id)
+                    self.submit(workflow, prompt_id=prompt_id, number=number)
                 self.prompt_id = prompt_id
                 if events is not None:
-                    self._follow(events, prompt_id, progress, deadline, timeout, should_stop)
+                    deadline = self._follow(events, prompt_id, progress, deadline, timeout, should_stop)
                 return succeeded(self._await_history(prompt_id, deadline, timeout, should_stop))
         except BaseException as exc:
             if isinstance(exc, ComfyUITimeout) or not isinstance(exc, ComfyUIError):
@@ -131,10 +133,13 @@ class ComfyUIClient:
         finally:
             self.prompt_id = None
 
-    def submit(self, workflow: dict[str, Any], *, prompt_id: str) -> None:
-        """Queue `workflow` as `prompt_id`. A 400 (the server's validation failed) raises ComfyUIRejected.
-        A try whose answer was lost may have queued it, so the server is asked before each try again."""
+    def submit(self, workflow: dict[str, Any], *, prompt_id: str, number: float | None = None) -> None:
+        """Queue `workflow` as `prompt_id`, at `number` in the queue if given (lower runs first). A 400 (the
+        server's validation failed) raises ComfyUIRejected. A try whose answer was lost may have queued
+        it, so the server is asked before each try again."""
         body = {"prompt": workflow, "prompt_id": prompt_id, "client_id": self.client_id}
+        if number is not None:
+            body["number"] = number
         tries = 0
 
         def send() -> httpx.Response | None:
@@ -282,8 +287,9 @@ class ComfyUIClient:
     def _follow(
         self, events: ClientConnection, prompt_id: str, progress: Progress | None, deadline: float, timeout: float,
         should_stop: Callable[[], bool] | None,
-    ) -> None:
-        """Relay progress until the websocket says the prompt ended; return early if the socket drops."""
+    ) -> float:
+        """Relay progress until the websocket says the prompt ended; return early if the socket drops.
+        Returns the deadline, brought to `timeout` after the prompt's start once the server reports it."""
         quiet_until = time.monotonic() + self.poll_seconds
         while True:
             check_stop(should_stop, f"ComfyUI prompt {prompt_id}")
@@ -295,12 +301,12 @@ class ComfyUIClient:
             except TimeoutError:
                 if time.monotonic() >= quiet_until:  # quiet: it may have ended, or its events go elsewhere
                     if self.history(prompt_id) is not None:
-                        return
+                        return deadline
                     quiet_until = time.monotonic() + self.poll_seconds
                 continue
             except ConnectionClosed as exc:
                 log.warning("ComfyUI websocket closed (%s); polling /history for prompt %s", exc, prompt_id)
-                return
+                return deadline
             quiet_until = time.monotonic() + self.poll_seconds
             if isinstance(message, bytes):
                 continue  # preview frames
@@ -308,14 +314,16 @@ class ComfyUIClient:
             kind, data = event.get("type"), event.get("data") or {}
             if data.get("prompt_id") != prompt_id:
                 continue
-            if kind == "progress" and progress is not None:
+            if kind == "execution_start":
+                deadline = min(deadline, time.monotonic() + timeout)
+            elif kind == "progress" and progress is not None:
                 progress(int(data["value"]), int(data["max"]))
             elif kind == "execution_error":
                 raise execution_error(data)
             elif kind == "execution_interrupted":
                 raise interruption(data)
             elif kind == "executing" and data.get("node") is None:
-                return  # sent after the history entry is written (execution_success comes before it)
+                return deadline  # sent after the history entry is written (execution_success comes before it)
 
     def _await_history(
         self, prompt_id: str, deadline: float, timeout: float, should_stop: Callable[[], bool] | None

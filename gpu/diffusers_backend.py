@@ -53,6 +53,7 @@ class DiffusersBackend:
     settings: Settings
     residency: Residency
     name: str = NAME
+    uses_this_gpu: bool = True
 
     def __post_init__(self) -> None:
         model_folder(self.settings)
@@ -86,7 +87,7 @@ class DiffusersBackend:
 
     def __call__(
         self, *, prompt: str, negative_prompt: str, seed: int, output: Path, render_id: str,
-        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None, order: float | None = None,
     ) -> Path:
         """Render `prompt` to `output` (written to temporary names next to it, then renamed: never half a
         file). `should_stop` is asked before the pipeline starts, after every denoising step and before

@@ -18,23 +18,32 @@ from mas.singletons import per_process
 
 if TYPE_CHECKING:
     from gpu.residency import Residency
+    from gpu.turns import GpuTurns
 
 
-@per_process(key=lambda settings: (settings.vram_budget_gb, settings.video_backend, settings.comfyui_url))
+@per_process(key=lambda settings: (settings.vram_budget_gb, settings.video_backend, settings.comfyui_url, settings.gpu_device))
 def residency(settings: Settings) -> Residency:
     """The process's model residency manager, made on first use.
 
-    One per process, because the GPU worker's pool child runs every gpu task in turn (concurrency 1) and
-    backends and graders are built per task: the models must outlive the task that loaded them. It is
-    made lazily, in the child, so no CUDA state exists before the fork. A worker's settings do not change
-    while it runs, so a worker has exactly one.
+    One per process, because the gpu worker runs every gpu task in this process (its threads take turns on
+    the GPU, `gpu_turns`) and backends and graders are built per task: the models must outlive the task
+    that loaded them. It is made lazily, so no CUDA state exists before a fork. A worker's settings do not
+    change while it runs, so a worker has exactly one, on its own device (MAS_GPU_DEVICE).
     """
     from gpu.residency import Residency, budget_of, worker_device
 
-    device = worker_device()
+    device = worker_device(settings.gpu_device)
     return Residency(
         budget_bytes=budget_of(settings, device), device=device, on_before_load=_before_load(settings)
     )
+
+
+@per_process(key=lambda settings: settings.priority_head_start_seconds)
+def gpu_turns(settings: Settings) -> GpuTurns:
+    """The process's turns on its GPU: one holder at a time among the worker's threads."""
+    from gpu.turns import GpuTurns
+
+    return GpuTurns(head_start_seconds=settings.priority_head_start_seconds)
 
 
 def _before_load(settings: Settings) -> Callable[[str], None] | None:

@@ -14,6 +14,12 @@ def ping(self, tag: str = "") -> dict:
     if importlib.util.find_spec("torch") is not None:
         import torch
 
-        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        configured = self.app.settings.gpu_device
+        if configured.startswith("cuda") and torch.cuda.is_available():
+            device = f"{configured}: {torch.cuda.get_device_name(torch.device(configured))}"
+        elif not configured and torch.cuda.is_available():
+            device = f"cuda:0: {torch.cuda.get_device_name(0)}"
+        else:
+            device = "cpu"
     queue = (self.request.delivery_info or {}).get("routing_key") or names.GPU_QUEUE
     return {"queue": queue, "worker": self.request.hostname, "device": device, "tag": tag, "answered_at": time.time()}

@@ -39,10 +39,14 @@ class VideoBackend(Protocol):
     another. `output` is unique per run: the backend writes the mp4 there and nothing else (a failed render
     leaves no file at `output`). `should_stop()` is polled while the render runs (at every progress step
     and at least every STOP_POLL_SECONDS); when it answers True the backend stops the render and raises
-    `RenderStopped`.
+    `RenderStopped`. `order` ranks the render in a render server's queue (lower runs first); a backend
+    that renders in this process ignores it.
     """
 
     name: str
+    #: True when the render runs in this process on its GPU (the task takes a GPU turn for it); False when
+    #: a render server owns the GPU and queues renders itself (the task only waits on it).
+    uses_this_gpu: bool
 
     def __call__(
         self,
@@ -54,6 +58,7 @@ class VideoBackend(Protocol):
         render_id: str,
         progress: Progress | None = None,
         should_stop: Callable[[], bool] | None = None,
+        order: float | None = None,
     ) -> Path: ...
 
 

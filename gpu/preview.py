@@ -32,6 +32,7 @@ NAME = "preview"
 @dataclass(frozen=True, kw_only=True)
 class PreviewRenderer:
     name: str = NAME
+    uses_this_gpu: bool = True  # a stand-in for a model on this GPU: it takes a GPU turn as one would
     width: int = 192
     height: int = 112
     frames: int = 24
@@ -40,7 +41,7 @@ class PreviewRenderer:
 
     def __call__(
         self, *, prompt: str, negative_prompt: str, seed: int, output: Path, render_id: str,
-        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None, order: float | None = None,
     ) -> Path:
         """Render `prompt` to `output` (written to a temporary name next to it, then renamed: never half a
         file). `render_id` is not needed: a render in process ends with its worker, so there is no earlier

@@ -208,9 +208,12 @@ class Residency:
             entry.model.to(device)
 
 
-def worker_device() -> torch.device:
-    """The GPU worker's device: the first CUDA device when there is one, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def worker_device(configured: str = "") -> torch.device:
+    """The gpu worker's device: the one configured (MAS_GPU_DEVICE, e.g. cuda:1), else the first CUDA
+    device when there is one, else the CPU."""
+    if configured:
+        return torch.device(configured)
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
 def budget_of(settings: Settings, device: torch.device) -> int | None:

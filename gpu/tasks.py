@@ -1,4 +1,10 @@
-"""The gpu queue's pipeline steps: render an attempt, then grade it.
+"""The gpu queue's pipeline steps: render an attempt, then grade it; `mas grade` and the Tuner.
+
+A gpu worker runs 1 + MAS_GPU_LOOKAHEAD of these at once, in threads (`mas.processes`): work on this
+process's GPU takes a turn (`gpu.turns`), so the next task is ready when the GPU frees; a ComfyUI render
+takes no turn, because ComfyUI's own queue is the line: the next prompt already waits there, ranked by
+priority and arrival (`gpu.turns.rank`), and the download, checks and database writes of one render
+happen while ComfyUI runs the next.
 
 Both hold the step's lease (`mas.leases`) while they run, so a second delivery of a running step leaves
 it alone, and both are guarded like the cpu steps: a render redelivered after its worker died (state
@@ -23,8 +29,9 @@ import sqlalchemy as sa
 from celery.exceptions import Ignore, Reject
 from celery.signals import task_postrun
 
-from gpu.factory import grader, residency, video_backend
+from gpu.factory import gpu_turns, grader, residency, video_backend
 from gpu.interfaces import RenderStopped
+from gpu.turns import Turn, rank
 from mas import leases, names, states
 from mas.celery_app import app
 from mas.clients import redis_client
@@ -38,13 +45,20 @@ S = VideoState
 log = logging.getLogger(__name__)
 
 
+def priority_of(task) -> str:
+    """high when the task came from an urgent queue."""
+    queue = (task.request.delivery_info or {}).get("routing_key") or ""
+    return "high" if names.is_urgent(queue) else "normal"
+
+
 @app.task(name=names.REGRADE, bind=True)
 def regrade(self, video_id: int) -> dict:
     """`mas grade VIDEO`: grade a video again with DQA, per axis, on the GPU worker (writes nothing)."""
     from gpu.dqa import regrade as dqa_regrade
 
     settings = self.app.settings
-    return asdict(dqa_regrade(settings, video_id, residency=residency(settings)))
+    with gpu_turns(settings).turn(what=f"regrade of video {video_id}", priority="high", limit_seconds=settings.regrade_max_seconds):
+        return asdict(dqa_regrade(settings, video_id, residency=residency(settings)))
 
 
 @app.task(name=names.TUNE, bind=True)
@@ -52,18 +66,36 @@ def tune(self, dry_run: bool = False) -> dict:
     """The Tuner: DPO on the user's A/B choices (nightly from beat, or `mas tune`), on the GPU worker."""
     from gpu.tuner import tune as run_tuner
 
-    report = run_tuner(self.app.settings, dry_run=dry_run)
+    settings = self.app.settings
+    with gpu_turns(settings).turn(what="the Tuner", priority=priority_of(self), limit_seconds=settings.tune_max_seconds):
+        report = run_tuner(settings, dry_run=dry_run)
     log.info("tune: %s", report.reason)
     return asdict(report)
 
 
+RECENT_TURNS = 200
+"""How many of the latest GPU turns a worker publishes (start and end times), for benchmarks and people."""
+
+
 @task_postrun.connect
-def publish_residency(sender=None, **_) -> None:
-    """After each gpu task, publish model loads / evictions / swaps for `mas status` and Flower users."""
-    if sender is None or not sender.name.startswith("gpu.") or "gpu.residency" not in sys.modules:
-        return  # no task of this process has used a model yet
-    stats = residency(sender.app.settings).stats()
-    redis_client(sender.app.settings).set(names.GPU_STATS_KEY, json.dumps(asdict(stats), default=str))
+def publish_stats(sender=None, **_) -> None:
+    """After each gpu task, publish this worker's model loads / evictions / swaps and its GPU turns, under
+    the worker's own key, for `mas status` and Flower users."""
+    if sender is None or not sender.name.startswith("gpu.") or "gpu.turns" not in sys.modules:
+        return  # no task of this process has used the GPU yet
+    settings = sender.app.settings
+    turns = gpu_turns(settings)
+    stats = {
+        "worker": sender.request.hostname,
+        "device": settings.gpu_device or "default",
+        "residency": asdict(residency(settings).stats()) if "gpu.residency" in sys.modules else None,
+        "turns": turns.taken,
+        "busy_seconds": turns.held_seconds,
+        "recent_turns": list(turns.busy)[-RECENT_TURNS:],
+        "published_at": time.time(),
+    }
+    key = names.gpu_stats_key(sender.request.hostname or "gpu")
+    redis_client(settings).set(key, json.dumps(stats, default=str), ex=7 * 86_400)
 
 
 def output_path(settings, video: Video, attempt: int) -> Path:
@@ -84,6 +116,10 @@ STEP_OPTIONS = dict(
     time_limit=app.settings.max_render_seconds,
     soft_time_limit=int(app.settings.max_render_seconds * 0.97),
 )
+
+
+class RenderTimedOut(RetryableError):
+    """An in-process render used its GPU turn's whole time (MAS_MAX_RENDER_SECONDS) and was stopped."""
 
 
 class RenderUnplayable(RetryableError):
@@ -122,16 +158,25 @@ def _render(task, settings, payload: dict, lease: leases.Lease) -> dict:
 
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.with_name(f"{target.stem}.{lease.key}.partial.mp4")  # unique per run: never shared
+    backend, priority = video_backend(settings), priority_of(task)
+    cancelled = _stop_when_cancelled(settings, video_id)
+    what = f"render of video {video_id} attempt {attempt}"
     started = time.monotonic()
+    turn: Turn | None = None
     try:
-        path = video_backend(settings)(
-            prompt=prompt, negative_prompt=negative, seed=seed, output=scratch, render_id=render_id,
-            progress=progress, should_stop=_stop_when_cancelled(settings, video_id),
-        )
+        values = dict(prompt=prompt, negative_prompt=negative, seed=seed, output=scratch, render_id=render_id, progress=progress)
+        if backend.uses_this_gpu:
+            with gpu_turns(settings).turn(what=what, priority=priority, limit_seconds=settings.max_render_seconds) as turn:
+                started = time.monotonic()
+                path = backend(**values, should_stop=lambda: turn.expired() or cancelled())
+        else:  # the render server's queue is the line: this prompt waits there behind the running one
+            path = backend(**values, should_stop=cancelled, order=rank(priority, head_start_seconds=settings.priority_head_start_seconds))
         check_video(path)  # read the first frame back, so a garbage file fails its render, not the grading
         os.replace(path, target)
     except RenderStopped:
-        log.info("render of video %s attempt %s stopped: the video was cancelled", video_id, attempt)
+        if turn is not None and turn.expired():
+            raise RenderTimedOut(f"the {what} ran past MAS_MAX_RENDER_SECONDS ({settings.max_render_seconds} s) and was stopped") from None
+        log.info("%s stopped: the video was cancelled", what)
         raise Ignore() from None
     except VideoUnreadable as exc:
         _forget_render(settings, video_id, attempt)  # the next try renders anew instead of fetching this file
@@ -176,10 +221,10 @@ def evaluate_video(self, payload: dict) -> dict:
     """Grade the rendered attempt and store its per-axis scores."""
     settings = self.app.settings
     with leases.hold_step(settings, video_id=payload["video_id"], attempt=payload["attempt"], step="grade"):
-        return _grade(settings, payload)
+        return _grade(settings, payload, priority_of(self))
 
 
-def _grade(settings, payload: dict) -> dict:
+def _grade(settings, payload: dict, priority: str) -> dict:
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
         if states.at_step(session, video_id, S.evaluating, attempt) is None or not states.steps_may_run(session, video_id):
@@ -190,7 +235,9 @@ def _grade(settings, payload: dict) -> dict:
         path, prompt, concept = Path(row.output_path), row.prompt, row.video.concept
     reasons: list[str] = []
     try:
-        scores, grade = grader(settings)(video=path, prompt=prompt, concept=concept)
+        what = f"grading of video {video_id} attempt {attempt}"
+        with gpu_turns(settings).turn(what=what, priority=priority, limit_seconds=settings.max_render_seconds):
+            scores, grade = grader(settings)(video=path, prompt=prompt, concept=concept)
     except VideoUnreadable as exc:  # a broken render is graded F, so review renders it again
         scores, grade, reasons = {"total": 0.0}, "F", [str(exc)]
     with session_scope(settings) as session:

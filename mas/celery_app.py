@@ -1,4 +1,4 @@
-"""The Celery app: two queues, routing by package, JSON only, events on, late acks everywhere.
+"""The Celery app: a cpu and a gpu queue (and their urgent twins), routing by package, JSON only, events on, late acks everywhere.
 
 Tasks live in `tasks` (cpu queue) and `gpu` (gpu queue); the app finds them by name so that `mas` never
 imports them at import time. Every task derives from `StudioTask`, which caps redeliveries: Redis keeps no
@@ -20,7 +20,7 @@ from mas import names
 from mas.clients import redis_client
 from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError
-from mas.names import CPU_QUEUE, GPU_QUEUE, GRADE_QUEUE
+from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.queue_order import StickyCycle
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,20 @@ def queue_keys(app: Celery, queue: str) -> list[str]:
     options = app.conf.broker_transport_options
     sep = options.get("sep", "\x06\x16")
     return [queue] + [f"{queue}{sep}{step}" for step in options.get("priority_steps", PRIORITY_STEPS) if step]
+
+
+def queue_of(app: Celery, task_name: str, *, priority: str = "normal") -> str:
+    """The queue a task goes to: its route, or that route's urgent queue for high-priority work."""
+    queue = app.amqp.router.route({}, task_name)["queue"].name
+    return URGENT_QUEUE_OF.get(queue, queue) if priority == "high" else queue
+
+
+def prioritized(app: Celery, signature, priority: str):
+    """`signature` sent to its urgent queue when `priority` is high (unchanged otherwise)."""
+    if priority == "high":
+        signature = signature.clone()
+        signature.set(queue=queue_of(app, signature.task, priority=priority))
+    return signature
 
 
 class StudioTask(Task):
@@ -102,7 +116,9 @@ def celery_config(settings: Settings) -> dict:
         **transport,
         # The gpu worker stays with renders or gradings while that queue has work, so the video and
         # quality models do not alternate video by video (see mas.queue_order).
-        "queue_order_strategy": partial(StickyCycle, streak_limit=settings.gpu_streak_limit),
+        "queue_order_strategy": partial(
+            StickyCycle, streak_limit=settings.gpu_streak_limit, urgent_streak_limit=settings.priority_streak_limit
+        ),
     }
     grade_queue = GRADE_QUEUE if settings.gpu_grouping else GPU_QUEUE
     return dict(
@@ -116,6 +132,8 @@ def celery_config(settings: Settings) -> dict:
             Queue(CPU_QUEUE, Exchange(CPU_QUEUE, type="direct"), routing_key=CPU_QUEUE),
             Queue(GPU_QUEUE, Exchange(GPU_QUEUE, type="direct"), routing_key=GPU_QUEUE),
             Queue(GRADE_QUEUE, Exchange(GRADE_QUEUE, type="direct"), routing_key=GRADE_QUEUE),
+            Queue(CPU_URGENT_QUEUE, Exchange(CPU_URGENT_QUEUE, type="direct"), routing_key=CPU_URGENT_QUEUE),
+            Queue(GPU_URGENT_QUEUE, Exchange(GPU_URGENT_QUEUE, type="direct"), routing_key=GPU_URGENT_QUEUE),
         ),
         task_default_queue=CPU_QUEUE,
         task_default_exchange=CPU_QUEUE,
@@ -125,7 +143,7 @@ def celery_config(settings: Settings) -> dict:
         # included) still routes every message from long-running workers.
         task_routes={
             names.EVALUATE_VIDEO: {"queue": grade_queue},
-            names.REGRADE: {"queue": grade_queue},
+            names.REGRADE: {"queue": GPU_URGENT_QUEUE},  # a person waits for `mas grade`
             "gpu.*": {"queue": GPU_QUEUE},
             "tasks.*": {"queue": CPU_QUEUE},
         },

@@ -202,6 +202,43 @@ class Settings(BaseSettings):
         description="Queue gradings apart from renders, and let the gpu worker stay with one kind while it "
         "has work (fewer model swaps); False: one queue, first come, first served, video by video.",
     )
+    gpu_lookahead: int = Field(
+        default=1,
+        ge=0,
+        le=16,
+        description="GPU tasks a gpu worker holds besides the one on the GPU, so the GPU goes from one to the "
+        "next without waiting on the studio: with ComfyUI, renders queued there behind the running one; in "
+        "process, tasks read and waiting for their turn. 0: one task at a time.",
+    )
+    gpu_device: str = Field(
+        default="",
+        pattern=r"^(|cpu|cuda(:[0-9]+)?)$",
+        description="The device of this gpu worker's in-process models (cuda:N); empty: the first CUDA device, "
+        "else the CPU. `mas worker --queue gpu --device cuda:N` sets it per worker.",
+    )
+    ab_priority: Literal["high", "normal"] = Field(
+        default="high",
+        description="Priority of A/B tests: high goes to the GPU ahead of waiting batch work (a person is "
+        "waiting to pick).",
+    )
+    priority_streak_limit: int = Field(
+        default=20,
+        ge=1,
+        description="After this many high-priority tasks in a row, a worker takes one waiting normal task "
+        "first, so a stream of interactive work never starves a batch.",
+    )
+    priority_head_start_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="Inside a gpu worker (and ComfyUI's queue), a high-priority task goes ahead of normal ones "
+        "that arrived less than this long before it; older normal tasks keep their place.",
+    )
+    tune_max_seconds: int = Field(
+        default=3600, gt=0, description="Longest a Tuner run (DPO training) may hold the GPU."
+    )
+    regrade_max_seconds: int = Field(
+        default=600, gt=0, description="Longest `mas grade` may hold the GPU for one video."
+    )
     gpu_streak_limit: int = Field(
         default=50,
         ge=0,
@@ -290,10 +327,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_timeouts(self) -> "Settings":
-        if self.visibility_timeout_seconds <= self.max_render_seconds:
+        held = (1 + self.gpu_lookahead) * self.max_render_seconds
+        if self.visibility_timeout_seconds <= held:
             raise ValueError(
-                "MAS_VISIBILITY_TIMEOUT_SECONDS must exceed MAS_MAX_RENDER_SECONDS, "
-                "or Redis re-delivers long renders while they still run"
+                f"MAS_VISIBILITY_TIMEOUT_SECONDS must exceed (1 + MAS_GPU_LOOKAHEAD) * MAS_MAX_RENDER_SECONDS "
+                f"({held} s: a gpu task may wait behind the lookahead before it runs), or Redis re-delivers "
+                f"renders while they still run"
             )
         if self.lease_expiry_seconds <= 2 * self.lease_heartbeat_seconds:
             raise ValueError("MAS_LEASE_EXPIRY_SECONDS must exceed 2 x MAS_LEASE_HEARTBEAT_SECONDS")

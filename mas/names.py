@@ -18,8 +18,28 @@ GPU_QUEUE = "gpu"
 GRADE_QUEUE = "gpu-grade"
 """Gradings: consumed by the gpu worker too, kept apart from renders so models do not swap per video."""
 
-WORKER_QUEUES = {"cpu": (CPU_QUEUE,), "gpu": (GPU_QUEUE, GRADE_QUEUE)}
+URGENT_SUFFIX = "-urgent"
+"""A queue named with this suffix holds high-priority work (A/B tests, `mas grade`, `--priority high`):
+its workers poll it first (see `mas.queue_order`)."""
+
+
+def is_urgent(queue: str) -> bool:
+    """True for a queue of high-priority work."""
+    return queue.endswith(URGENT_SUFFIX)
+
+
+CPU_URGENT_QUEUE = CPU_QUEUE + URGENT_SUFFIX
+GPU_URGENT_QUEUE = GPU_QUEUE + URGENT_SUFFIX
+"""High-priority renders and gradings."""
+
+URGENT_QUEUE_OF = {CPU_QUEUE: CPU_URGENT_QUEUE, GPU_QUEUE: GPU_URGENT_QUEUE, GRADE_QUEUE: GPU_URGENT_QUEUE}
+"""Where a task of a queue goes when its work is high priority."""
+
+WORKER_QUEUES = {"cpu": (CPU_URGENT_QUEUE, CPU_QUEUE), "gpu": (GPU_URGENT_QUEUE, GPU_QUEUE, GRADE_QUEUE)}
 """What `mas worker --queue KIND` consumes."""
+
+PRIORITIES = ("high", "normal")
+"""A request's priority: high work goes to the urgent queues."""
 
 # --- tasks ----------------------------------------------------------------------------------------------
 
@@ -49,8 +69,13 @@ CLEANUP = "tasks.maintenance.cleanup"
 
 # --- Redis keys -----------------------------------------------------------------------------------------
 
-GPU_STATS_KEY = "mas:gpu:residency"
-"""The gpu worker's model residency counters, as JSON."""
+GPU_STATS_PREFIX = "mas:gpu:stats:"
+"""Followed by a gpu worker's name: that worker's model residency counters and GPU turns, as JSON."""
+
+
+def gpu_stats_key(worker: str) -> str:
+    """Where the gpu worker named `worker` publishes its stats (each worker its own key)."""
+    return GPU_STATS_PREFIX + worker
 
 
 def deliveries_key(task_id: str, retries: int) -> str:

@@ -20,12 +20,22 @@ def _celery(*args: str) -> list[str]:
 def worker_argv(
     settings: Settings, kind: str, *, concurrency: int | None = None, loglevel: str = "INFO", name: str | None = None
 ) -> list[str]:
-    """A worker of `kind` ("cpu" or "gpu"). A gpu worker runs one task at a time; every worker fetches one
-    message at a time and acknowledges it late."""
-    processes = 1 if kind == "gpu" else (concurrency or settings.cpu_concurrency)
+    """A worker of `kind` ("cpu" or "gpu"); every worker fetches one message per slot and acknowledges it late.
+
+    A cpu worker runs `concurrency` processes. A gpu worker is one process (its models load once, on its
+    device) running 1 + MAS_GPU_LOOKAHEAD tasks in threads: one holds the GPU, the others are ready to
+    follow it (`gpu.turns`; with ComfyUI their prompts wait in ComfyUI's queue). Its default name carries
+    its device, so two gpu workers on one host (one per GPU) have different names.
+    """
+    if kind == "gpu":
+        pool = ["-P", "threads", "-c", str(1 + settings.gpu_lookahead)]
+        default_name = f"gpu-{settings.gpu_device.replace(':', '')}@%h" if settings.gpu_device else "gpu@%h"
+    else:
+        pool = ["-P", "prefork", "-c", str(concurrency or settings.cpu_concurrency)]
+        default_name = f"{kind}@%h"
     return _celery(
-        "-A", "mas", "worker", "-Q", ",".join(names.WORKER_QUEUES[kind]), "-c", str(processes),
-        "--prefetch-multiplier", "1", "-n", name or f"{kind}@%h", "-l", loglevel, "-E",
+        "-A", "mas", "worker", "-Q", ",".join(names.WORKER_QUEUES[kind]), *pool,
+        "--prefetch-multiplier", "1", "-n", name or default_name, "-l", loglevel, "-E",
     )
 
 

@@ -10,35 +10,53 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from mas import names
-from mas.celery_app import app
+from mas.celery_app import app, queue_of
 from mas.db import session_scope
+from mas.errors import InvalidInput
 from mas.models import Batch, Schedule
 from mas.requests import ProductionRequest, parse_request
 
 
-def new_batch(session, request: ProductionRequest) -> Batch:
+def priority_for(settings, request: ProductionRequest, asked: str | None) -> str:
+    """The priority a request runs at: what was asked, else high for an A/B test (MAS_AB_PRIORITY: a person
+    waits to pick), else normal."""
+    if asked is not None:
+        if asked not in names.PRIORITIES:
+            raise InvalidInput(f"unknown priority {asked!r}; use one of {', '.join(names.PRIORITIES)}")
+        return asked
+    return settings.ab_priority if request.kind == "ab" else "normal"
+
+
+def batch_priority(batch: Batch) -> str:
+    """The priority a stored batch runs at (batches from before priorities existed run at normal)."""
+    return (batch.options or {}).get("priority", "normal")
+
+
+def new_batch(session, request: ProductionRequest, *, priority: str) -> Batch:
     """A queued Batch row for `request`, flushed so it has its id."""
     batch = Batch(
         request=request.text, kind=request.kind, theme=request.theme, total=request.count,
-        options={"series_name": request.series_name},
+        options={"series_name": request.series_name, "priority": priority},
     )
     session.add(batch)
     session.flush()
     return batch
 
 
-def submit(settings, request: ProductionRequest) -> int:
+def submit(settings, request: ProductionRequest, *, priority: str | None = None) -> int:
     """Store the request as a batch and send it to the Director; return the batch id."""
+    priority = priority_for(settings, request, priority)
     with session_scope(settings) as session:
-        batch_id = new_batch(session, request).id
-    send_plan(batch_id)
+        batch_id = new_batch(session, request, priority=priority).id
+    send_plan(batch_id, priority=priority)
     return batch_id
 
 
-def schedule(settings, request: ProductionRequest, *, run_at: datetime) -> int:
+def schedule(settings, request: ProductionRequest, *, run_at: datetime, priority: str | None = None) -> int:
     """Store the request to be enqueued at `run_at` (an overnight batch); return the schedule id."""
+    priority = priority_for(settings, request, priority)
     with session_scope(settings) as session:
-        row = Schedule(run_at=run_at, request=request.text, options={})
+        row = Schedule(run_at=run_at, request=request.text, options={"priority": priority})
         session.add(row)
         session.flush()
         return row.id
@@ -58,14 +76,16 @@ def run_due_schedules(settings) -> list[int]:
             .order_by(Schedule.run_at)
             .with_for_update(skip_locked=True)
         ).all()
-        batch_ids = []
+        sent = []
         for row in due:
-            row.batch_id = new_batch(session, parse_request(row.request, settings)).id
+            request = parse_request(row.request, settings)
+            priority = priority_for(settings, request, (row.options or {}).get("priority"))
+            row.batch_id = new_batch(session, request, priority=priority).id
             row.status = "sent"
-            batch_ids.append(row.batch_id)
-    for batch_id in batch_ids:
-        send_plan(batch_id)
-    return batch_ids
+            sent.append((row.batch_id, priority))
+    for batch_id, priority in sent:
+        send_plan(batch_id, priority=priority)
+    return [batch_id for batch_id, _ in sent]
 
 
 def cancel_schedule(settings, schedule_id: int) -> bool:
@@ -77,9 +97,9 @@ def cancel_schedule(settings, schedule_id: int) -> bool:
         return result.rowcount == 1
 
 
-def send_plan(batch_id: int) -> None:
+def send_plan(batch_id: int, *, priority: str) -> None:
     """Ask the Director to plan a stored batch (a cpu worker picks it up)."""
-    app.send_task(names.PLAN_BATCH, args=[batch_id])
+    app.send_task(names.PLAN_BATCH, args=[batch_id], queue=queue_of(app, names.PLAN_BATCH, priority=priority))
 
 
 def resume(batch_ids: list[int]) -> None:

@@ -51,33 +51,44 @@ def pending_work(settings: Settings) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Residency:
-    """Model residency on the gpu worker, as it last published it (after its latest gpu task)."""
+class GpuWorker:
+    """One gpu worker as it last published itself (after its latest gpu task)."""
 
-    loads: int
-    evictions: int
-    swaps: int
+    name: str
+    device: str
+    turns: int  # times work held its GPU
+    busy_seconds: float  # how long, in all
+    loads: int | None  # model residency (None until it has used a model of its own)
+    evictions: int | None
+    swaps: int | None
     resident: list[str]
 
 
 @dataclass(frozen=True, kw_only=True)
 class GpuSummary:
+    urgent_waiting: int  # high-priority renders and gradings
     renders_waiting: int
     gradings_waiting: int
-    residency: Residency | None  # None until a gpu worker has run a task
+    workers: list[GpuWorker]
 
 
 def gpu_summary(settings: Settings) -> GpuSummary:
-    """GPU work waiting in the broker, and the gpu worker's model loads, evictions and swaps."""
+    """GPU work waiting in the broker by priority, and each gpu worker's turns and model residency."""
     client = redis_client(settings)
-    renders, gradings = (
-        sum(client.llen(key) for key in queue_keys(app, queue)) for queue in (names.GPU_QUEUE, names.GRADE_QUEUE)
+    urgent, renders, gradings = (
+        sum(client.llen(key) for key in queue_keys(app, queue))
+        for queue in (names.GPU_URGENT_QUEUE, names.GPU_QUEUE, names.GRADE_QUEUE)
     )
-    raw = client.get(names.GPU_STATS_KEY)
-    residency = None
-    if raw is not None:
+    workers = []
+    for key in sorted(client.scan_iter(match=names.GPU_STATS_PREFIX + "*")):
+        raw = client.get(key)
+        if raw is None:
+            continue
         stats = json.loads(raw)
-        residency = Residency(
-            loads=stats["loads"], evictions=stats["evictions"], swaps=stats["swaps"], resident=list(stats["resident"])
-        )
-    return GpuSummary(renders_waiting=renders, gradings_waiting=gradings, residency=residency)
+        residency = stats.get("residency") or {}
+        workers.append(GpuWorker(
+            name=stats["worker"], device=stats["device"], turns=stats["turns"], busy_seconds=stats["busy_seconds"],
+            loads=residency.get("loads"), evictions=residency.get("evictions"), swaps=residency.get("swaps"),
+            resident=list(residency.get("resident") or []),
+        ))
+    return GpuSummary(urgent_waiting=urgent, renders_waiting=renders, gradings_waiting=gradings, workers=workers)

@@ -13,6 +13,7 @@ from celery.exceptions import TimeoutError as ResultTimeout
 
 from mas import names
 from mas.celery_app import app
+from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError
 
 
@@ -44,11 +45,16 @@ def request_recover(*, timeout: float = 120) -> dict:
     return _run_on_worker(names.RECOVER, kind="cpu", timeout=timeout)
 
 
-def regrade(video_id: int, *, timeout: float = 600) -> dict:
-    """Grade a video again with the configured grader; the per-axis report, nothing stored."""
+def regrade(settings: Settings, video_id: int) -> dict:
+    """Grade a video again with the configured grader; the per-axis report, nothing stored. It is urgent
+    work: it waits at most for the task on the GPU now (MAS_MAX_RENDER_SECONDS), then runs for at most
+    MAS_REGRADE_MAX_SECONDS."""
+    timeout = settings.max_render_seconds + settings.regrade_max_seconds
     return _run_on_worker(names.REGRADE, video_id, kind="gpu", timeout=timeout)
 
 
-def tune(*, dry_run: bool = False, timeout: float = 1800) -> dict:
-    """Run the Tuner now; its report (pairs, training, held-out accuracy, promotion)."""
+def tune(settings: Settings, *, dry_run: bool = False) -> dict:
+    """Run the Tuner now; its report (pairs, training, held-out accuracy, promotion). It waits for its GPU
+    turn behind the work already in the worker, then trains for at most MAS_TUNE_MAX_SECONDS."""
+    timeout = (1 + settings.gpu_lookahead) * settings.max_render_seconds + settings.tune_max_seconds
     return _run_on_worker(names.TUNE, dry_run, kind="gpu", timeout=timeout)

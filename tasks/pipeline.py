@@ -18,7 +18,7 @@ from celery.exceptions import Ignore
 
 from mas import agents, leases, names, states
 from mas.agents.roles import WriterBrief
-from mas.celery_app import app
+from mas.celery_app import app, prioritized
 from mas.db import session_scope
 from mas.errors import PeerUnavailable, RetryableError
 from mas.memory import blocks, recall
@@ -40,6 +40,7 @@ from mas.outcomes import (
     fail_planning,
     finish_video,
 )
+from mas.production import batch_priority
 from mas.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,9 @@ def _payload(video: Video, attempt: int) -> dict:
     return {"batch_id": video.batch_id, "video_id": video.id, "attempt": attempt}
 
 
-def video_chain(video_id: int, attempt: int, *, start: str = "write"):
-    """The chain for one attempt of one video, from `start` (write | generate | evaluate | review)."""
+def video_chain(video_id: int, attempt: int, *, priority: str, start: str = "write"):
+    """The chain for one attempt of one video, from `start` (write | generate | evaluate | review); every
+    step of high-priority work goes to its urgent queue."""
     payload = None
     steps = []
     if start == "write":
@@ -72,7 +74,7 @@ def video_chain(video_id: int, attempt: int, *, start: str = "write"):
     for step in order[(order.index(start) if start != "write" else 0):]:
         sig = app.signature(task_of[step])
         steps.append(sig.clone(args=(payload,)) if payload is not None and not steps else sig)
-    return chain(*steps)
+    return chain(*(prioritized(app, step, priority) for step in steps))
 
 
 # --- plan -----------------------------------------------------------------------------------------
@@ -135,6 +137,7 @@ def plan_batch(self, batch_id: int) -> dict:
                 "VARIATION_A_ID": str(videos[0][0].id), "VARIATION_B_ID": str(videos[1][0].id),
             }, actor="director", session=session)
         batch.status = BatchStatus.running
+        priority = batch_priority(batch)
         video_ids = [v.id for v, _ in videos]
         blocks.update(settings, "production_queue", {
             "QUEUE_STATUS": "active", "BATCH_ID": str(batch.id), "BATCH_TOTAL": len(video_ids),
@@ -149,7 +152,7 @@ def plan_batch(self, batch_id: int) -> dict:
         }, actor="director", session=session)
     recall.append(settings, "director", role="assistant", content=f"planned batch {batch_id}: {len(video_ids)} videos")
     for video_id in video_ids:
-        video_chain(video_id, 1).apply_async()
+        video_chain(video_id, 1, priority=priority).apply_async()
     return {"batch_id": batch_id, "videos": video_ids}
 
 
@@ -247,7 +250,7 @@ def _review(settings, payload: dict) -> dict:
             grade=row.grade, scores=row.scores, min_grade=quality["MIN_ACCEPTABLE_GRADE"], attempt=attempt,
             max_retries=quality["MAX_RETRIES"],
         )
-        concept = video.concept
+        concept, priority = video.concept, batch_priority(video.batch)
     # archived before the video moves on, so a finished batch has every attempt in archival memory
     _archive_attempt(settings, row, concept=concept, verdict=verdict)
     with session_scope(settings) as session:
@@ -281,7 +284,7 @@ def _review(settings, payload: dict) -> dict:
         content=f"video {video_id} attempt {attempt}: grade {row.grade} -> {verdict.action} {verdict.failure_reasons}",
     )
     if verdict.action == "refine":
-        video_chain(video_id, attempt + 1).apply_async()
+        video_chain(video_id, attempt + 1, priority=priority).apply_async()
     if due:
         consolidate.delay()
     return {**payload, "action": verdict.action, "grade": row.grade}
@@ -356,13 +359,14 @@ def resume_batch(self, batch_id: int) -> dict:
         batch = session.get(Batch, batch_id)
         if batch is None:
             return {"batch_id": batch_id, "resent": []}
+        priority = batch_priority(batch)
         if batch.status == BatchStatus.queued:
-            plan_batch.delay(batch_id)
+            prioritized(app, plan_batch.si(batch_id), priority).apply_async()
             return {"batch_id": batch_id, "resent": ["plan"]}
         for video in session.scalars(sa.select(Video).where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))):
             sent.append((video.id, *next_step(video)))
     for video_id, start, attempt in sent:
-        video_chain(video_id, attempt, start=start).apply_async()
+        video_chain(video_id, attempt, start=start, priority=priority).apply_async()
     return {"batch_id": batch_id, "resent": [v for v, _, _ in sent]}
 
 

@@ -24,6 +24,7 @@ from mas.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import Batch, BatchStatus, Video
+from mas.production import batch_priority, send_plan
 from tasks.pipeline import next_step, video_chain
 
 log = logging.getLogger(__name__)
@@ -69,13 +70,14 @@ def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
     return live
 
 
-def _lost(settings: Settings, lost_before: datetime) -> tuple[list[int], list[tuple[int, str, int]]]:
-    """Queued batches and unfinished videos of running batches that nothing carries now."""
+def _lost(settings: Settings, lost_before: datetime) -> tuple[list[tuple[int, str]], list[tuple[int, str, int, str]]]:
+    """Queued batches (id, priority) and unfinished videos of running batches (id, first step, attempt,
+    priority) that nothing carries now."""
     live = live_work(settings)
     alive, dead, last_step = leases.running(settings), leases.dead(settings), leases.last_activity(settings)
     with session_scope(settings) as session:
         queued = session.scalars(
-            sa.select(Batch.id).where(Batch.status == BatchStatus.queued, Batch.created_at <= lost_before)
+            sa.select(Batch).where(Batch.status == BatchStatus.queued, Batch.created_at <= lost_before)
         ).all()
         unfinished = session.scalars(
             sa.select(Video).join(Batch).where(
@@ -83,12 +85,13 @@ def _lost(settings: Settings, lost_before: datetime) -> tuple[list[int], list[tu
             )
         ).all()
         resend = [
-            (video.id, *next_step(video))
+            (video.id, *next_step(video), batch_priority(video.batch))
             for video in unfinished
             if video.id not in live.videos and video.id not in alive
             and (video.id in dead or max(video.updated_at, last_step.get(video.id, video.updated_at)) <= lost_before)
         ]
-    return [b for b in queued if b not in live.batches], resend
+        replan = [(b.id, batch_priority(b)) for b in queued if b.id not in live.batches]
+    return replan, resend
 
 
 def _decode(raw: bytes) -> tuple[str, list]:
@@ -123,10 +126,11 @@ def reconcile(settings: Settings, *, older_than: float) -> Report:
         again_batches, again_videos = _lost(settings, lost_before)
         replanned = [b for b in replanned if b in again_batches]
         resend = [r for r in resend if r in again_videos]
-    for batch_id in replanned:
-        app.send_task(names.PLAN_BATCH, args=[batch_id])
-    for video_id, start, attempt in resend:
-        video_chain(video_id, attempt, start=start).apply_async()
+    for batch_id, priority in replanned:
+        send_plan(batch_id, priority=priority)
+    for video_id, start, attempt, priority in resend:
+        video_chain(video_id, attempt, start=start, priority=priority).apply_async()
+    replanned_ids, resent_ids = [b for b, _ in replanned], [v for v, *_ in resend]
     if replanned or resend:
-        log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned, [v for v, _, _ in resend])
-    return Report(replanned=replanned, resent=[v for v, _, _ in resend])
+        log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned_ids, resent_ids)
+    return Report(replanned=replanned_ids, resent=resent_ids)

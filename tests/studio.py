@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
 import sqlalchemy as sa
 
@@ -74,12 +75,17 @@ class CeleryWorker(CeleryProcess):
         self, *, kind: str, name: str, env: dict[str, str], log_dir: Path, concurrency: int = 1,
         extra_args: Sequence[str] = (),
     ) -> None:
+        from mas.config import Settings
         from mas.names import WORKER_QUEUES
 
+        if kind == "gpu":  # as `mas worker --queue gpu`: one process, 1 + lookahead threads
+            lookahead = int(env.get("MAS_GPU_LOOKAHEAD", Settings.model_fields["gpu_lookahead"].default))
+            pool = ["-P", "threads", "-c", str(1 + lookahead)]
+        else:
+            pool = ["-P", "prefork", "-c", str(concurrency)]
         super().__init__(
-            args=["celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]), "-n", name,
-                  "-c", str(concurrency), "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip",
-                  "--without-mingle", *extra_args],
+            args=["celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]), "-n", name, *pool,
+                  "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip", "--without-mingle", *extra_args],
             name=name, env=env, log_dir=log_dir,
         )
 
@@ -100,7 +106,8 @@ class IsolatedStudio:
         for key in ("MAS_DATABASE_URL", "MAS_BROKER_URL"):
             if key not in env:
                 self.env.pop(key, None)
-        self.settings = Settings(**{k[4:].lower(): v for k, v in self.env.items() if k.startswith("MAS_")})
+        with mock.patch.dict(os.environ, self.env, clear=True):  # read as the studio's processes read it
+            self.settings = Settings()
         self.workers: list[CeleryProcess] = []
         self.worker_args: list[str] = []
 

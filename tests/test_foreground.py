@@ -114,7 +114,7 @@ def test_mas_run_makes_a_batch_and_ctrl_c_stops_every_child(studio, running):
     assert running.wait_for("Sending due task", timeout=60).startswith("beat | ")  # beat drives the workers
 
     children = running.children()
-    assert len(children) >= 5  # two workers, a pool process each, beat
+    assert len(children) >= 4  # two workers, the cpu worker's pool processes (the gpu worker runs threads), beat
     running.ctrl_c()
     assert running.wait(timeout=90) == 0, running.output[-4000:]
     assert alive(children) == []

@@ -50,3 +50,19 @@ def test_update_keeps_known_queues_in_place():
     cycle.update({"gpu"})
     assert cycle.items == ["gpu"]
     assert cycle.rotate("gone") == "gone" and cycle.items == ["gpu"]
+
+
+def test_urgent_work_goes_first_whatever_the_sticky_order():
+    cycle = StickyCycle(["gpu", "gpu-grade", "gpu-urgent"])
+    queues = {"gpu": ["r1", "r2"], "gpu-grade": ["g1"], "gpu-urgent": []}
+    served = [queues["gpu"].pop(0)]
+    cycle.rotate("gpu")
+    queues["gpu-urgent"] += ["u1", "u2"]  # an A/B test arrives during the batch
+    served += drain(cycle, queues)
+    assert served == ["r1", "u1", "u2", "r2", "g1"]  # and the batch stays sticky to renders afterwards
+
+
+def test_a_stream_of_urgent_work_does_not_starve_the_batch():
+    cycle = StickyCycle(["gpu", "gpu-urgent"], urgent_streak_limit=2)
+    served = drain(cycle, {"gpu": ["r1", "r2"], "gpu-urgent": ["u1", "u2", "u3", "u4", "u5"]})
+    assert served == ["u1", "u2", "r1", "u3", "u4", "r2", "u5"]

@@ -104,7 +104,7 @@ def test_postgres_restarted_mid_batch(studio):
 
 def test_task_that_kills_its_worker_is_quarantined(studio):
     studio.worker_args = ["--include", "tests.crashing_tasks"]
-    gpu = studio.worker("gpu")
+    cpu = studio.worker("cpu")
     from tests.crashing_tasks import CRASH_TASK
 
     from mas.celery_app import Studio
@@ -115,8 +115,8 @@ def test_task_that_kills_its_worker_is_quarantined(studio):
         result.get(timeout=120)
     deliveries = int(redis_client(studio.settings).get(f"mas:deliveries:{result.id}:0"))
     assert deliveries == studio.settings.max_deliveries + 1
-    assert gpu.proc.poll() is None  # the worker itself survives its children's deaths
-    assert "giving it up" in gpu.log.read_text()
+    assert cpu.proc.poll() is None  # the worker itself survives its children's deaths
+    assert "giving it up" in cpu.log.read_text()
 
 
 def _two_triggers(settings_env: dict[str, str]) -> list[int]:

@@ -240,6 +240,6 @@ def test_memory_commands_read_what_the_pipeline_wrote(clean, workers):
     assert history.exit_code == 0 and "director" in history.output
     status = run_cli("status", str(batch_id))
     assert status.exit_code == 0 and "2/2 done" in status.output
-    assert "gpu queue: 0 renders and 0 gradings waiting" in status.output
+    assert "gpu queue: 0 high-priority tasks, 0 renders and 0 gradings waiting" in status.output
     listing = run_cli("videos", "--batch", str(batch_id))
     assert listing.exit_code == 0 and "accepted" in listing.output

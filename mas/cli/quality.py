@@ -17,7 +17,7 @@ def grade(settings: Settings, video: int) -> None:
     from mas import remote
 
     ready(settings)
-    result = remote.regrade(video)
+    result = remote.regrade(settings, video)
     table = Table("axis", "score", "weight", title=f"video {video}, attempt {result['attempt']}: {result['prompt'][:80]}")
     for row in result["rows"]:
         name = f"  {row['name']}" if row.get("parent") else row["name"]
@@ -41,7 +41,7 @@ def tune(settings: Settings, dry_run: bool) -> None:
     from mas import remote
 
     ready(settings)
-    report = remote.tune(dry_run=dry_run)
+    report = remote.tune(settings, dry_run=dry_run)
     console.print(report["reason"])
     console.print(
         f"pairs: {report['pairs']} (train {report['train_pairs']}, held out {report['heldout_pairs']}, "

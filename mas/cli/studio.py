@@ -9,7 +9,7 @@ import click
 from rich.table import Column, Table
 
 from mas import foreground, processes, services
-from mas.cli.context import console, ready
+from mas.cli.context import console, load_settings, ready
 from mas.config import Settings
 
 READY_HINT = 'Queue work from another terminal, e.g. mas enqueue --wait "Create 3 videos of dragons"; Ctrl-C stops it all.'
@@ -73,14 +73,25 @@ def _exec(argv: list[str]) -> None:
 @click.command()
 @click.option(
     "--queue", type=click.Choice(["cpu", "gpu"]), required=True,
-    help="Which work to take: cpu (agent steps) or gpu (renders and gradings, queues gpu and gpu-grade).",
+    help="Which work to take: cpu (agent steps) or gpu (renders and gradings, queues gpu, gpu-grade, gpu-urgent).",
 )
-@click.option("--concurrency", type=int, default=None, help="cpu processes (gpu is always 1).")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=None, help="cpu processes (default MAS_CPU_CONCURRENCY).")
 @click.option("--loglevel", default="INFO", show_default=True)
-@click.option("--name", default=None, help="Worker node name (default QUEUE@hostname).")
+@click.option("--name", default=None, help="Worker node name (default cpu@hostname, gpu@hostname or gpu-cudaN@hostname).")
+@click.option("--device", default=None, metavar="cuda:N", help="gpu: this worker's GPU (one gpu worker per GPU).")
+@click.option("--comfyui-url", default=None, metavar="URL", help="gpu: this worker's own ComfyUI server (one per GPU).")
 @click.pass_obj
-def worker(settings: Settings, queue: str, concurrency: int | None, loglevel: str, name: str | None) -> None:
-    """Start a worker. A gpu worker runs one task at a time, fetches one at a time, acks late."""
+def worker(
+    settings: Settings, queue: str, concurrency: int | None, loglevel: str, name: str | None, device: str | None,
+    comfyui_url: str | None,
+) -> None:
+    """Start a worker. A gpu worker holds its GPU's models and keeps MAS_GPU_LOOKAHEAD tasks ready behind the
+    one on the GPU; start one per GPU with --device (and --comfyui-url when each GPU has its ComfyUI)."""
+    overrides = {"MAS_GPU_DEVICE": device, "MAS_COMFYUI_URL": comfyui_url}
+    if queue != "gpu" and any(overrides.values()):
+        raise click.UsageError("--device and --comfyui-url are for a gpu worker (--queue gpu)")
+    os.environ.update({key: value for key, value in overrides.items() if value is not None})
+    settings = load_settings()  # checked as the worker will read them
     ready(settings)
     _exec(processes.worker_argv(settings, queue, concurrency=concurrency, loglevel=loglevel, name=name))
 

@@ -37,13 +37,17 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
         console.print(_batch_view(shown))
         print_files(shown.videos)
     gpu = queries.gpu_summary(settings)
-    console.print(f"gpu queue: {gpu.renders_waiting} renders and {gpu.gradings_waiting} gradings waiting")
-    if gpu.residency is not None:
-        r = gpu.residency
-        console.print(
-            f"gpu models: {r.loads} loads, {r.evictions} evictions, {r.swaps} swaps, "
-            f"resident: {', '.join(r.resident) or 'none'}"
+    console.print(
+        f"gpu queue: {gpu.urgent_waiting} high-priority tasks, {gpu.renders_waiting} renders and "
+        f"{gpu.gradings_waiting} gradings waiting"
+    )
+    for w in gpu.workers:
+        models = (
+            f"{w.loads} loads, {w.evictions} evictions, {w.swaps} swaps, resident: {', '.join(w.resident) or 'none'}"
+            if w.loads is not None else "no models of its own"
         )
+        console.print(f"gpu worker {w.name} ({w.device}): {w.turns} turns, {w.busy_seconds:.0f} s on the GPU; {models}",
+                      markup=False)
 
 
 def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.0) -> None:

@@ -11,25 +11,33 @@ from mas.cli.context import console, ready
 from mas.cli.output import print_block
 from mas.cli.watching import follow_batch
 from mas.config import Settings
+from mas.names import PRIORITIES
 from mas.requests import parse_request
+
+
+PRIORITY = click.option(
+    "--priority", type=click.Choice(list(PRIORITIES)), default=None,
+    help="high: to the GPU ahead of waiting batch work (default: normal; A/B tests MAS_AB_PRIORITY).",
+)
 
 
 @click.command()
 @click.argument("request")
 @click.option("--wait", is_flag=True, help="Follow the batch until every video is done.")
 @click.option("--at", "at", default=None, metavar="HH:MM", help="Start at this local time (next occurrence).")
+@PRIORITY
 @click.pass_obj
-def enqueue(settings: Settings, request: str, wait: bool, at: str | None) -> None:
+def enqueue(settings: Settings, request: str, wait: bool, at: str | None, priority: str | None) -> None:
     """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
     from mas import production
 
     if at is None:
-        _submit(settings, request, wait=wait)
+        _submit(settings, request, wait=wait, priority=priority)
         return
     run_at = _next_time(at)
     parsed = parse_request(request, settings)
     ready(settings)
-    schedule_id = production.schedule(settings, parsed, run_at=run_at)
+    schedule_id = production.schedule(settings, parsed, run_at=run_at, priority=priority)
     console.print(
         f"schedule {schedule_id}: {request!r} starts at {run_at.astimezone():%Y-%m-%d %H:%M %Z} (needs beat: `mas run`)"
     )
@@ -46,14 +54,15 @@ def _next_time(text: str) -> datetime:
     return run_at if run_at > now else run_at + timedelta(days=1)
 
 
-def _submit(settings: Settings, request: str, *, wait: bool) -> None:
+def _submit(settings: Settings, request: str, *, wait: bool, priority: str | None) -> None:
     """Queue `request` (refused before anything starts when it can't be read); follow it if asked."""
     from mas import production
 
     parsed = parse_request(request, settings)
     ready(settings)
-    batch_id = production.submit(settings, parsed)
-    console.print(f"batch {batch_id}: {parsed.count} x {parsed.kind} of {parsed.theme!r} queued")
+    batch_id = production.submit(settings, parsed, priority=priority)
+    shown = production.priority_for(settings, parsed, priority)
+    console.print(f"batch {batch_id}: {parsed.count} x {parsed.kind} of {parsed.theme!r} queued ({shown} priority)")
     if wait:
         follow_batch(settings, batch_id)
 
@@ -62,20 +71,22 @@ def _submit(settings: Settings, request: str, *, wait: bool) -> None:
 @click.argument("name")
 @click.option("--episodes", type=int, default=3, show_default=True, help="Episodes to make now.")
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
+@PRIORITY
 @click.pass_obj
-def series(settings: Settings, name: str, episodes: int, wait: bool) -> None:
+def series(settings: Settings, name: str, episodes: int, wait: bool, priority: str | None) -> None:
     """Make (or continue) a series: episodes keep its style and consistency rules across sessions."""
-    _submit(settings, f"Create a {episodes}-part {name} series", wait=wait)
+    _submit(settings, f"Create a {episodes}-part {name} series", wait=wait, priority=priority)
 
 
 @click.command()
 @click.argument("concept")
 @click.option("--variations", type=int, default=3, show_default=True)
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
+@PRIORITY
 @click.pass_obj
-def ab(settings: Settings, concept: str, variations: int, wait: bool) -> None:
+def ab(settings: Settings, concept: str, variations: int, wait: bool, priority: str | None) -> None:
     """Render variations of one concept; then choose the winner with `mas pick TEST LABEL`."""
-    _submit(settings, f'Generate {variations} variations of "{concept}"', wait=wait)
+    _submit(settings, f'Generate {variations} variations of "{concept}"', wait=wait, priority=priority)
 
 
 @click.command()
