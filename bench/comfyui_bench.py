@@ -42,19 +42,25 @@ from tests.studio import IsolatedStudio  # noqa: E402
 
 @dataclass(frozen=True, kw_only=True)
 class Timeline:
-    """Renders as their GPU record has them: (start, end) seconds, in start order, and when work began."""
+    """Renders as their GPU record has them: (start, end) seconds per GPU, in start order, and when work
+    began. With several GPUs, gaps and busy fractions are each GPU's own (averaged for busy)."""
 
-    spans: list[tuple[float, float]]
+    per_gpu: list[list[tuple[float, float]]]
     asked_at: float  # when the work was asked for (first prompt queued / request accepted)
     done_at: float | None = None  # when the studio said the batch was done
 
     @property
+    def spans(self) -> list[tuple[float, float]]:
+        return sorted(span for spans in self.per_gpu for span in spans)
+
+    @property
     def gaps(self) -> list[float]:
-        return [max(0.0, b[0] - a[1]) for a, b in zip(self.spans, self.spans[1:])]
+        return [max(0.0, b[0] - a[1]) for spans in self.per_gpu for a, b in zip(spans, spans[1:])]
 
     @property
     def busy(self) -> float:
-        return sum(end - start for start, end in self.spans) / (self.spans[-1][1] - self.spans[0][0])
+        fractions = [sum(e - s for s, e in spans) / (spans[-1][1] - spans[0][0]) for spans in self.per_gpu if spans]
+        return sum(fractions) / len(fractions)
 
     @property
     def wall(self) -> float:
@@ -89,10 +95,11 @@ def comfyui_alone(server: RealComfyUI, *, renders: int, seconds: float) -> Timel
             break
         time.sleep(0.2)
     done = server.renders()
-    return Timeline(spans=spans_of(done), asked_at=min(r.extra["create_time"] / 1000 for r in done))
+    return Timeline(per_gpu=[spans_of(done)], asked_at=min(r.extra["create_time"] / 1000 for r in done))
 
 
 def studio_env(url: str, data_dir: Path, *, seconds: float, lookahead: int, renders: int) -> dict[str, str]:
+    data_dir.mkdir(parents=True, exist_ok=True)
     workflow = write_workflow(data_dir / "workflow.json", seconds=seconds)
     return dict(
         MAS_VIDEO_BACKEND="comfyui", MAS_COMFYUI_URL=url, MAS_COMFYUI_WORKFLOW=str(workflow),
@@ -101,16 +108,17 @@ def studio_env(url: str, data_dir: Path, *, seconds: float, lookahead: int, rend
     )
 
 
-def warm_batch(studio: IsolatedStudio, request: str, servers: list[RealComfyUI]) -> tuple[int, float]:
-    """Enqueue `request` in this process (no command start-up in the figure); its id and when it was accepted."""
-    from mas import production
-    from mas.requests import parse_request
+def start_batch(studio: IsolatedStudio, request: str, servers: list[RealComfyUI]) -> tuple[int, float]:
+    """Enqueue `request` with `mas enqueue`; its id and when the studio accepted it (the batch row's time,
+    so the command's own start-up is not in the figure)."""
+    from mas import db
+    from mas.models import Batch
 
     for server in servers:
         server.clear()
-    asked_at = time.time()
-    batch_id = production.submit(studio.settings, parse_request(request, studio.settings))
-    return batch_id, asked_at
+    batch_id = studio.enqueue(request)
+    with db.session_scope(studio.settings) as session:
+        return batch_id, session.get(Batch, batch_id).created_at.timestamp()
 
 
 def through_mas(servers: list[RealComfyUI], data_dir: Path, *, renders: int, seconds: float, lookahead: int) -> Timeline:
@@ -120,13 +128,12 @@ def through_mas(servers: list[RealComfyUI], data_dir: Path, *, renders: int, sec
         for n, server in enumerate(servers):
             studio.worker("gpu", MAS_COMFYUI_URL=server.url, MAS_GPU_DEVICE=f"cuda:{n}")
         assert studio.mas("memory", "set", "quality_standards", "MAX_RETRIES", "1").returncode == 0
-        batch_id, _ = warm_batch(studio, "Create 2 videos of harbours", servers)  # the studio warms up
+        batch_id, _ = start_batch(studio, "Create 2 videos of harbours", servers)  # the studio warms up
         studio.wait_batch(batch_id, timeout=300)
-        batch_id, asked_at = warm_batch(studio, f"Create {renders} videos of lighthouses", servers)
+        batch_id, asked_at = start_batch(studio, f"Create {renders} videos of lighthouses", servers)
         studio.wait_batch(batch_id, timeout=60 + 20 * renders * seconds)
         done_at = time.time()
-    spans = sorted(span for server in servers for span in spans_of(server.renders()))
-    return Timeline(spans=spans, asked_at=asked_at, done_at=done_at)
+    return Timeline(per_gpu=[spans_of(server.renders()) for server in servers], asked_at=asked_at, done_at=done_at)
 
 
 def in_process(data_dir: Path, *, renders: int, seconds: float, lookahead: int) -> Timeline:
@@ -140,9 +147,9 @@ def in_process(data_dir: Path, *, renders: int, seconds: float, lookahead: int) 
         studio.worker("cpu", concurrency=2)
         studio.worker("gpu")
         assert studio.mas("memory", "set", "quality_standards", "MAX_RETRIES", "1").returncode == 0
-        batch_id, _ = warm_batch(studio, "Create 2 videos of harbours", [])
+        batch_id, _ = start_batch(studio, "Create 2 videos of harbours", [])
         studio.wait_batch(batch_id, timeout=300)
-        batch_id, asked_at = warm_batch(studio, f"Create {renders} videos of lighthouses", [])
+        batch_id, asked_at = start_batch(studio, f"Create {renders} videos of lighthouses", [])
         studio.wait_batch(batch_id, timeout=60 + 20 * renders * seconds)
         done_at = time.time()
         client = redis_client(studio.settings)
@@ -150,7 +157,7 @@ def in_process(data_dir: Path, *, renders: int, seconds: float, lookahead: int) 
         turns = json.loads(client.get(key))["recent_turns"]
     spans = sorted((start, end) for start, end, what in turns if start >= asked_at)
     renders_only = [(s, e) for s, e, what in turns if s >= asked_at and what.startswith("render")]
-    timeline = Timeline(spans=spans, asked_at=asked_at, done_at=done_at)
+    timeline = Timeline(per_gpu=[spans], asked_at=asked_at, done_at=done_at)
     print(f"in-process lookahead {lookahead}: {len(renders_only)} renders, {len(spans) - len(renders_only)} gradings")
     return timeline
 
