@@ -74,3 +74,29 @@ def test_a_failing_holder_gives_the_gpu_back():
     with turns.turn(what="next", limit_seconds=5):
         pass
     assert len(turns.busy) == 2 and turns.waiting == 0
+
+
+def test_a_gpu_worker_per_gpu_gets_its_own_name_and_threads_for_its_lookahead(tmp_path):
+    from mas.config import Settings
+    from mas.processes import worker_argv
+
+    def argv(**settings):
+        return worker_argv(Settings(data_dir=tmp_path, **settings), "gpu")
+
+    first, second = argv(gpu_device="cuda:0"), argv(gpu_device="cuda:1")
+    assert first[first.index("-n") + 1] == "gpu-cuda0@%h" and second[second.index("-n") + 1] == "gpu-cuda1@%h"
+    plain = argv(gpu_lookahead=2)
+    assert plain[plain.index("-n") + 1] == "gpu@%h"
+    assert plain[plain.index("-P") + 1] == "threads" and plain[plain.index("-c") + 1] == "3"
+    assert plain[plain.index("-Q") + 1] == "gpu-urgent,gpu,gpu-grade"
+
+
+def test_settings_refuse_a_visibility_timeout_shorter_than_a_gpu_task_may_be_held(tmp_path):
+    from pydantic import ValidationError
+
+    from mas.config import Settings
+
+    with pytest.raises(ValidationError, match="MAS_GPU_LOOKAHEAD"):
+        Settings(data_dir=tmp_path, max_render_seconds=1800, gpu_lookahead=3, visibility_timeout_seconds=7200)
+    with pytest.raises(ValidationError, match="gpu_device"):
+        Settings(data_dir=tmp_path, gpu_device="gpu zero")
