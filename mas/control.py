@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from mas import names, states
 from mas.celery_app import app
 from mas.db import session_scope
-from mas.errors import InvalidInput
+from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video
 from mas.outcomes import finish_video
@@ -22,7 +22,7 @@ CANCELLED = "cancelled by the user"
 OVER = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
 
 
-class NotChangeable(InvalidInput):
+class NotChangeable(PermanentError):
     """The batch or video does not exist, or is in no state for this change; nothing was changed."""
 
 

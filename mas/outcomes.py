@@ -22,6 +22,7 @@ from mas.models import (
     Video,
     VideoState,
 )
+from mas.redaction import redact_text
 
 S = VideoState
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
@@ -46,8 +47,8 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
         video_id, attempt = payload["video_id"], payload.get("attempt")
     else:
         video_id, attempt = payload, (args[1] if len(args) > 1 else None)
-    reason = f"{task.name.rsplit('.', 1)[-1]} failed: {type(exc).__name__}: {exc}"[:400]
     settings = task.app.settings
+    reason = redact_text(f"{task.name.rsplit('.', 1)[-1]} failed: {type(exc).__name__}: {exc}", settings.secret_values())[:400]
     due = False
     with session_scope(settings) as session:
         if attempt is not None:
@@ -67,7 +68,8 @@ def fail_batch(settings, batch_id: int, reason: str) -> bool:
     with session_scope(settings) as session:
         return session.execute(
             sa.update(Batch).where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
-            .values(status=BatchStatus.failed, failure_reason=reason[:1000], updated_at=sa.func.now())
+            .values(status=BatchStatus.failed, failure_reason=redact_text(reason, settings.secret_values())[:1000],
+                    updated_at=sa.func.now())
         ).rowcount == 1
 
 

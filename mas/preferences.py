@@ -11,6 +11,7 @@ from mas.errors import InvalidInput
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest, ABVariation, Attempt, Video, VideoState
 from mas.outcomes import KEEP
+from mas.text import check_storable
 
 
 class PreferenceError(InvalidInput):
@@ -19,6 +20,7 @@ class PreferenceError(InvalidInput):
 
 def learn_style(settings: Settings, feedback: str) -> dict:
     """Director: read style feedback into user_style, adding its inverse to DISLIKED_ELEMENTS."""
+    check_storable(feedback, "the style feedback")
     if not feedback.strip():
         raise PreferenceError("the feedback is empty: say what you like, e.g. \"dark moody purple tones\"")
     prefs = agents.backend(settings).director.read_style(feedback)

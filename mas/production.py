@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import redis
 import sqlalchemy as sa
 
 from mas import names
 from mas.celery_app import app, queue_of
+from mas.clients import redis_client
 from mas.db import session_scope
-from mas.errors import InvalidInput
+from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
+from mas.redaction import redact_url
 from mas.requests import ProductionRequest, parse_request
 
 
@@ -43,9 +46,31 @@ def new_batch(session, request: ProductionRequest, *, priority: str) -> Batch:
     return batch
 
 
+class BrokerUnavailable(PeerUnavailable):
+    """Redis (the broker or the result backend) does not answer: nothing was stored or sent."""
+
+
+def check_broker(settings) -> None:
+    """Ask the broker and the result backend to answer before a request is stored, so a request that
+    cannot be sent is refused whole instead of left half-done."""
+    urls = {settings.effective_broker_url, settings.effective_result_backend}
+    for url in sorted(urls):
+        try:
+            client = redis_client(settings) if url == settings.effective_broker_url else redis.Redis.from_url(
+                url, socket_connect_timeout=5, socket_timeout=5)
+            client.ping()
+        except (redis.RedisError, OSError, ValueError) as exc:
+            raise BrokerUnavailable(
+                f"Redis at {redact_url(url)} does not answer ({type(exc).__name__}); nothing was queued: start it "
+                f"(`mas up` for the embedded one) and try again"
+            ) from None
+
+
 def submit(settings, request: ProductionRequest, *, priority: str | None = None) -> int:
-    """Store the request as a batch and send it to the Director; return the batch id."""
+    """Store the request as a batch and send it to the Director; return the batch id. Refused whole (nothing
+    stored) when the broker does not answer."""
     priority = priority_for(settings, request, priority)
+    check_broker(settings)
     with session_scope(settings) as session:
         batch_id = new_batch(session, request, priority=priority).id
     send_plan(batch_id, priority=priority)

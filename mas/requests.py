@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from mas.config import Settings
 from mas.errors import InvalidInput
+from mas.text import check_storable
 
 NUMBER_WORDS = {
     "a": 1, "an": 1, "one": 1, "single": 1, "two": 2, "pair": 2, "couple": 2, "three": 3, "four": 4,
@@ -24,6 +25,10 @@ _SERIES = re.compile(_COUNT + r"[\s-]*(?:part|episode)s?\b\s*(?P<name>.*?)\s*ser
 _VARIATIONS = re.compile(_COUNT + r"\s+(?:variations?|versions?|variants?)\b", re.I)
 _BATCH = re.compile(_COUNT + r"\s+(?:\w+\s+){0,3}?" + _UNIT + r"\b", re.I)
 _THEME = re.compile(r"\b(?:of|about|featuring|showing|with)\s+(?P<theme>.+)$", re.I)
+
+
+MAX_VARIATIONS = 26
+"""Variations of one A/B test: one label per letter, A to Z."""
 
 
 class RequestError(InvalidInput):
@@ -58,20 +63,28 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
         raise RequestError(
             f"the request is {len(text)} characters long; the limit is {settings.max_request_chars}"
         )
-    quoted = re.search(r"[\"“](.+?)[\"”]", text)
-    if m := _SERIES.search(text):
-        count, kind = _count(m["count"]), "series"
-        name = _clean_theme(m["name"]) or None
+    check_storable(text, "the request")
+    # a quoted concept runs from the first opening quote to the last closing one (quotes inside it stay),
+    # and only the words outside it say what kind of work this is
+    quoted = re.search(r"[\"“](.+)[\"”]", text)
+    outside = text[: quoted.start()] + " \x00 " + text[quoted.end():] if quoted else text
+    found = [(m.start(), kind, m) for kind, pattern in (("series", _SERIES), ("ab", _VARIATIONS), ("batch", _BATCH))
+             if (m := pattern.search(outside))]
+    kind = min(found, key=lambda f: f[0])[1] if found else None  # the first one the request says
+    m = next((match for _, k, match in found if k == kind), None)
+    if kind == "series":
+        count = _count(m["count"])
+        name = (quoted[1].strip() if quoted and "\x00" in m["name"] else _clean_theme(m["name"])) or None
         theme = name or ""
-    elif m := _VARIATIONS.search(text):
-        count, kind, name = _count(m["count"]), "ab", None
-        after = text[m.end():]
+    elif kind == "ab":
+        count, name = _count(m["count"]), None
+        after = outside[m.end():]
         t = _THEME.search(after)
-        theme = _clean_theme(quoted[1] if quoted else (t["theme"] if t else after))
-    elif m := _BATCH.search(text):
-        count, kind, name = _count(m["count"]), "batch", None
-        t = _THEME.search(text[m.end():])
-        theme = _clean_theme(quoted[1] if quoted else (t["theme"] if t else ""))
+        theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else after)
+    elif kind == "batch":
+        count, name = _count(m["count"]), None
+        t = _THEME.search(outside[m.end():])
+        theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else "")
     else:
         t = _THEME.search(text)
         if t is None and quoted is None:
@@ -80,7 +93,7 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
                 "\"Create a 3-part <name> series\" or \"Generate 3 variations of <concept>\""
             )
         count, kind, name = 1, "batch", None
-        theme = _clean_theme(quoted[1] if quoted else t["theme"])
+        theme = quoted[1].strip() if quoted else _clean_theme(t["theme"])
     if count < 1:
         raise RequestError(f"the count must be at least 1, got {count}")
     if count > settings.max_batch_videos:
@@ -90,6 +103,8 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
         )
     if kind == "ab" and count < 2:
         raise RequestError("an A/B test needs at least 2 variations")
+    if kind == "ab" and count > MAX_VARIATIONS:
+        raise RequestError(f"an A/B test has at most {MAX_VARIATIONS} variations (labelled A to Z), got {count}")
     if not theme:
         raise RequestError(f"{count} video(s) of what? Add a theme, e.g. \"... of mythical creatures\"")
     return ProductionRequest(text=text, kind=kind, count=count, theme=theme, series_name=name)

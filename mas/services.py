@@ -15,7 +15,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from mas.config import Settings, redact_url
+from mas.config import Settings
+from mas.redaction import redact_url
 from mas.embedded.common import ServiceError, first_line
 from mas.embedded.postgres import postmaster, sqlalchemy_url, start_postgres, stop_postgres
 from mas.embedded.redis import redis_ping, redis_process, redis_workdir, start_redis, stop_redis

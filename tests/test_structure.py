@@ -11,6 +11,8 @@ PACKAGES = ("mas", "tasks", "gpu")
 MAX_LINES = 400
 LONG_MODULES: dict[str, str] = {
     # module -> why it must stay one piece (see ARCHITECTURE.md)
+    "mas.config": "the one typed settings object: every MAS_ variable with its description, bounds and "
+    "cross-checks in one place",
 }
 
 

@@ -2,28 +2,69 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import click
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console
 
 from mas import db, services
 from mas.config import Settings
 from mas.errors import InvalidSettings
+from mas.text import visible
 
-console = Console()
+class StudioConsole(Console):
+    """A console that prints text as text: no markup, no emoji codes, no highlighting, and every control
+    character made visible (`mas.text.visible`), in plain prints, tables and live views alike."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs):
+        return super().render_str(visible(text), **kwargs)
+
+
+console = StudioConsole()
+
+ID = click.IntRange(1, 2**31 - 1)
+"""A batch, video, test or schedule id: what a PostgreSQL integer key can hold."""
+
+LIMIT = click.IntRange(1, 100_000)
+"""How many rows a listing shows."""
 
 
 def load_settings() -> Settings:
-    """The settings from the environment, or the first invalid one named as its MAS_ variable."""
+    """The settings from the environment and .env, or the first invalid one named as its MAS_ variable."""
     try:
         return Settings()
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         where = f"MAS_{field.upper()}" if field else "settings"
-        raise InvalidSettings(f"invalid {where}: {first['msg']}") from None
+        raise InvalidSettings(f"invalid {where}: {visible(first['msg'])}") from None
+    except SettingsError as exc:  # a complex setting (a JSON one) that does not parse
+        cause = exc.__cause__ or exc
+        raise InvalidSettings(f"unreadable setting: {visible(str(exc))}: {visible(str(cause))[:200]}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidSettings(
+            f"the .env file (or an environment variable) is not UTF-8 text at byte {exc.start}: save it as UTF-8"
+        ) from None
+
+
+def _check_creatable(folder: Path) -> None:
+    """Refuse a data folder that cannot exist (a file on its path, a parent without write access) before
+    anything starts; creating it is left to whoever needs it."""
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or (existing != folder.absolute() and not os.access(existing, os.W_OK | os.X_OK)):
+        raise InvalidSettings(f"MAS_DATA_DIR {folder} cannot be created ({existing} is not a writable folder)")
 
 
 def ready(settings: Settings) -> None:
     """Start the embedded services if they are ours, then check and migrate the database."""
+    _check_creatable(settings.data_dir)
     services.up(settings)
     db.ready_engine(settings)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from mas.cli.context import console, ready
+from mas.cli.context import ID, console, ready
 from mas.config import Settings
 
 
 @click.command()
-@click.argument("batch", type=int, required=False)
-@click.option("--video", type=int, default=None, help="Cancel only this video; its batch goes on.")
+@click.argument("batch", type=ID, required=False)
+@click.option("--video", type=ID, default=None, help="Cancel only this video; its batch goes on.")
 @click.pass_obj
 def cancel(settings: Settings, batch: int | None, video: int | None) -> None:
     """Cancel BATCH (every unfinished video, renders stopped where they run), or one video with --video."""
@@ -28,7 +28,7 @@ def cancel(settings: Settings, batch: int | None, video: int | None) -> None:
 
 
 @click.command()
-@click.argument("batch", type=int)
+@click.argument("batch", type=ID)
 @click.pass_obj
 def pause(settings: Settings, batch: int) -> None:
     """Pause BATCH: no new step starts (running ones finish) until `mas continue BATCH`."""
@@ -40,7 +40,7 @@ def pause(settings: Settings, batch: int) -> None:
 
 
 @click.command(name="continue")
-@click.argument("batch", type=int)
+@click.argument("batch", type=ID)
 @click.pass_obj
 def continue_(settings: Settings, batch: int) -> None:
     """Let a paused BATCH go on from where each video stopped."""

@@ -43,7 +43,7 @@ def letta_status(settings: Settings) -> None:
     console.print(f"Letta {state.version} at {state.url}: {'provisioned' if state.provisioned else 'NOT fully provisioned'}")
     blocks_table = Table("block", "id")
     for label, block_id in state.blocks.items():
-        blocks_table.add_row(label, block_id or "[red]missing[/red]")
+        blocks_table.add_row(label, block_id or "missing")
     console.print(blocks_table)
     agents_table = Table(
         "agent", "id", "in context", "sleeptime every", "sleeptime agents (in context, autoclear)", "problems"

@@ -7,7 +7,7 @@ import json
 import click
 from rich.table import Table
 
-from mas.cli.context import console, ready
+from mas.cli.context import LIMIT, console, ready
 from mas.cli.output import print_block
 from mas.config import Settings
 from mas.memory import blocks, recall
@@ -43,7 +43,7 @@ def memory_set(settings: Settings, label: str, field: str, value: str) -> None:
 
 @memory.command("history")
 @click.argument("label")
-@click.option("--limit", type=int, default=30, show_default=True)
+@click.option("--limit", type=LIMIT, default=30, show_default=True)
 @click.pass_obj
 def memory_history(settings: Settings, label: str, limit: int) -> None:
     """Show who changed which field of a block, when, from what to what."""
@@ -59,7 +59,7 @@ def memory_history(settings: Settings, label: str, limit: int) -> None:
 @memory.command("search")
 @click.argument("text")
 @click.option("--tag", "tags", multiple=True, help="Only passages with this tag (repeatable).")
-@click.option("--limit", type=int, default=10, show_default=True)
+@click.option("--limit", type=LIMIT, default=10, show_default=True)
 @click.pass_obj
 def memory_search(settings: Settings, text: str, tags: tuple[str, ...], limit: int) -> None:
     """Search archival memory by meaning."""

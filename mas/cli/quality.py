@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from mas.cli.context import console, ready
+from mas.cli.context import ID, console, ready
 from mas.config import Settings
 
 
 @click.command()
-@click.argument("video", type=int)
+@click.argument("video", type=ID)
 @click.pass_obj
 def grade(settings: Settings, video: int) -> None:
     """Grade VIDEO again with DQA and print the per-axis table (changes nothing stored)."""

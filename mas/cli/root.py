@@ -6,21 +6,32 @@ import click
 
 from mas.cli import control, letta, memory, quality, studio, watching, work
 from mas.cli.context import load_settings
-from mas.errors import StudioError
+from mas.errors import InvalidInput, StudioError
+from mas.redaction import redact_text
+from mas.text import visible
 
 
 def one_line(exc: StudioError) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "; ".join(lines) or type(exc).__name__
+    """The error's message on one line, secrets redacted and control characters made visible."""
+    lines = [line.strip() for line in redact_text(str(exc)).splitlines() if line.strip()]
+    return visible("; ".join(lines) or type(exc).__name__)
+
+
+class BadUsage(click.ClickException):
+    """Input the studio refused: one line, like any studio error, with the exit status of bad usage."""
+
+    exit_code = 2
 
 
 class StudioGroup(click.Group):
-    """A studio error is the user's to act on: its message, one line, exit status 1, no traceback.
-    Anything else is a bug and keeps its traceback."""
+    """A studio error is the user's to act on: its message, one line, no traceback; exit status 2 when the
+    input was wrong (bad usage), 1 otherwise. Anything else is a bug and keeps its traceback."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except InvalidInput as exc:
+            raise BadUsage(one_line(exc)) from exc
         except StudioError as exc:
             raise click.ClickException(one_line(exc)) from exc
 

@@ -16,7 +16,7 @@ READY_HINT = 'Queue work from another terminal, e.g. mas enqueue --wait "Create 
 
 
 @click.command()
-@click.option("--concurrency", type=int, default=None, help="cpu worker processes (default MAS_CPU_CONCURRENCY).")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=None, help="cpu worker processes (default MAS_CPU_CONCURRENCY).")
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option(
     "--grace", type=float, default=30.0, show_default=True,

@@ -11,18 +11,19 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from mas.cli.context import console, ready
+from mas.cli.context import ID, LIMIT, console, ready
 from mas.cli.output import print_files, print_whole
 from mas.config import Settings
 from mas.errors import PermanentError
 from mas.models import BatchStatus
 from mas.states import TERMINAL
+from mas.text import visible
 
 FINISHED = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
 
 
 @click.command()
-@click.argument("batch", type=int, required=False)
+@click.argument("batch", type=ID, required=False)
 @click.option("--follow", is_flag=True, help="Keep showing progress until the batch is done.")
 @click.pass_obj
 def status(settings: Settings, batch: int | None, follow: bool) -> None:
@@ -85,9 +86,9 @@ def _batch(settings: Settings, batch_id: int | None):
 def _batch_view(batch) -> Group:
     """Header, progress bar and the videos (their files are printed whole after the table)."""
     done = sum(v.state in TERMINAL for v in batch.videos)
-    header = Text(f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}")
+    header = Text(visible(f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}"))
     if batch.failure_reason:
-        header.append(f"\nfailed: {batch.failure_reason}")
+        header.append(visible(f"\nfailed: {batch.failure_reason}"))
     bar = Table.grid()  # a grid ends its line: a bare progress bar would run on into the table below
     bar.add_row(ProgressBar(total=max(batch.total, 1), completed=done, width=60))
     table = Table("video", "state", "attempts", "grade", "concept")
@@ -97,8 +98,8 @@ def _batch_view(batch) -> Group:
 
 
 @click.command()
-@click.option("--batch", type=int, default=None, help="Only this batch's videos.")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--batch", type=ID, default=None, help="Only this batch's videos.")
+@click.option("--limit", type=LIMIT, default=50, show_default=True)
 @click.pass_obj
 def videos(settings: Settings, batch: int | None, limit: int) -> None:
     """List finished and running videos with their grades and files."""

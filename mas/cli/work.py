@@ -7,12 +7,12 @@ from datetime import datetime, timedelta
 import click
 from rich.table import Table
 
-from mas.cli.context import console, ready
+from mas.cli.context import ID, console, ready
 from mas.cli.output import print_block
 from mas.cli.watching import follow_batch
 from mas.config import Settings
 from mas.names import PRIORITIES
-from mas.requests import parse_request
+from mas.requests import MAX_VARIATIONS, parse_request
 
 
 PRIORITY = click.option(
@@ -69,7 +69,7 @@ def _submit(settings: Settings, request: str, *, wait: bool, priority: str | Non
 
 @click.command()
 @click.argument("name")
-@click.option("--episodes", type=int, default=3, show_default=True, help="Episodes to make now.")
+@click.option("--episodes", type=click.IntRange(1, 100_000), default=3, show_default=True, help="Episodes to make now.")
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
 @PRIORITY
 @click.pass_obj
@@ -80,7 +80,7 @@ def series(settings: Settings, name: str, episodes: int, wait: bool, priority: s
 
 @click.command()
 @click.argument("concept")
-@click.option("--variations", type=int, default=3, show_default=True)
+@click.option("--variations", type=click.IntRange(2, MAX_VARIATIONS), default=3, show_default=True)
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
 @PRIORITY
 @click.pass_obj
@@ -90,7 +90,7 @@ def ab(settings: Settings, concept: str, variations: int, wait: bool, priority: 
 
 
 @click.command()
-@click.argument("test", type=int)
+@click.argument("test", type=ID)
 @click.argument("label")
 @click.pass_obj
 def pick(settings: Settings, test: int, label: str) -> None:
@@ -160,7 +160,7 @@ def schedule_list(settings: Settings) -> None:
 
 
 @schedule_group.command("cancel")
-@click.argument("schedule_id", type=int)
+@click.argument("schedule_id", type=ID)
 @click.pass_obj
 def schedule_cancel(settings: Settings, schedule_id: int) -> None:
     """Cancel a scheduled batch that has not started."""

@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
 from mas.errors import InvalidSettings
+from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
 from mas.gallery.control import batch_action, refuse_cross_site
 from mas.gallery.frames import strip_jpeg
 from mas.memory import blocks
@@ -142,20 +143,25 @@ def _basic_auth_ok(header: str, login: tuple[bytes, bytes]) -> bool:
     return bool(sep) and user_ok and password_ok
 
 
+
+MAX_PATH_CHARS = 1024
+"""The longest file path the gallery looks up (a longer one cannot name a video the studio wrote)."""
+
+
 def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = None) -> Starlette:
     """The gallery as an ASGI app; basic auth is enforced whenever credentials are set."""
     app = Starlette(
         routes=[
             Route("/", index),
-            Route("/batches/{batch_id:int}", batch_page),
-            Route("/series/{series_id:int}", series_page),
-            Route("/ab/{test_id:int}", ab_page),
-            Route("/ab/{test_id:int}/pick/{label}", pick_winner, methods=["POST"]),
-            Route("/batches/{batch_id:int}/{action}", batch_action, methods=["POST"]),
+            Route("/batches/{batch_id:id}", batch_page),
+            Route("/series/{series_id:id}", series_page),
+            Route("/ab/{test_id:id}", ab_page),
+            Route("/ab/{test_id:id}/pick/{label}", pick_winner, methods=["POST"]),
+            Route("/batches/{batch_id:id}/{action}", batch_action, methods=["POST"]),
             Route("/memory", memory_page),
-            Route("/videos/{video_id:int}/frames.jpg", frames),
+            Route("/videos/{video_id:id}/frames.jpg", frames),
             Route("/files/{path:path}", video_file),
-            Route("/api/batches/{batch_id:int}", batch_progress),
+            Route("/api/batches/{batch_id:id}", batch_progress),
         ],
         middleware=[Middleware(_Gate, login=credentials(settings), hosts=allowed_hosts)],
         exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},
@@ -347,6 +353,8 @@ def frames(request: Request) -> Response:
 def video_file(request: Request) -> Response:
     """A file of the output folder, with range requests (seeking); nothing outside it, links included."""
     settings, raw = _settings(request), request.path_params["path"]
+    if len(raw) > MAX_PATH_CHARS or any(len(part) > 255 for part in raw.split("/")):
+        raise HTTPException(404, "no such file in the output folder (the path is too long)")
     path = _inside_output(settings, str(settings.videos_dir / raw))
     if path is None or not path.is_file():
         raise HTTPException(404, f"no file {raw!r} in the output folder")

@@ -12,6 +12,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
+from typing_extensions import TypedDict
+
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -20,6 +22,7 @@ from sqlalchemy.orm import Session
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
+from mas.text import check_storable
 from mas.models import MemoryBlock, MemoryBlockChange
 
 Grade = Literal["A", "B", "C", "D", "F"]
@@ -29,15 +32,48 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+class PendingWork(TypedDict):
+    """Unfinished work of a session, for `mas resume`."""
+
+    batch_id: int
+    request: str
+
+
+class Variation(TypedDict):
+    label: str
+    video_id: int
+    approach: str
+
+
+class Selection(TypedDict):
+    """One A/B pick."""
+
+    test: str
+    label: str
+    approach: str
+    concept: str
+
+
+class FinishedVideo(TypedDict):
+    video_id: int
+    batch_id: int
+    grade: str | None
+    attempts: int
+
+
+class FailedVideo(FinishedVideo):
+    reasons: list[str]
+
+
 class _Block(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
 
 class SessionState(_Block):
     LAST_ACTIVITY: str = Field(default_factory=now_iso, description="ISO timestamp of the last activity.")
-    PENDING_WORK: list = Field(default_factory=list)
+    PENDING_WORK: list[PendingWork] = Field(default_factory=list)
     IN_PROGRESS_PROJECT: str | None = None
-    QUEUED_VIDEOS: list = Field(default_factory=list)
+    QUEUED_VIDEOS: list[int] = Field(default_factory=list)
     LAST_SESSION_SUMMARY: str | None = None
 
     @field_validator("LAST_ACTIVITY")
@@ -67,10 +103,10 @@ class QualityStandards(_Block):
 
 class ProductionQueue(_Block):
     QUEUE_STATUS: Literal["active", "paused", "complete"] = "complete"
-    PENDING_VIDEOS: list = Field(default_factory=list)
+    PENDING_VIDEOS: list[int] = Field(default_factory=list)
     IN_PROGRESS: str | None = None
-    COMPLETED_TODAY: list = Field(default_factory=list)
-    FAILED_RETRIES: list = Field(default_factory=list)
+    COMPLETED_TODAY: list[FinishedVideo] = Field(default_factory=list)
+    FAILED_RETRIES: list[FailedVideo] = Field(default_factory=list)
     BATCH_ID: str = ""
     BATCH_TOTAL: int = Field(default=0, ge=0)
     BATCH_COMPLETE: int = Field(default=0, ge=0)
@@ -88,10 +124,10 @@ class CurrentSeries(_Block):
 
 class ABTesting(_Block):
     ACTIVE_TEST: str | None = None
-    VARIATIONS: list = Field(default_factory=list)
+    VARIATIONS: list[Variation] = Field(default_factory=list)
     VARIATION_A_ID: str = ""
     VARIATION_B_ID: str = ""
-    USER_SELECTIONS: list = Field(default_factory=list)
+    USER_SELECTIONS: list[Selection] = Field(default_factory=list)
     WINNING_PATTERNS: list = Field(default_factory=list)
 
 
@@ -172,6 +208,7 @@ def apply_change(settings: Settings, label: str, current: dict[str, Any], change
     unknown = set(fields) - set(schema.model_fields)
     if unknown:
         raise BlockError(f"{label} has no field {', '.join(sorted(unknown))}; fields: {', '.join(schema.model_fields)}")
+    check_storable(fields, f"the new value of {label}")
     try:
         new = schema.model_validate({**current, **fields}).model_dump()
     except ValidationError as exc:

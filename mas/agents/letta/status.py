@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaError
 from mas.agents.letta.server import ROLES, blocks_by_label, find_agent, in_context, sleeptime_frequency, sleeptime_group
-from mas.config import Settings, redact_url
+from mas.config import Settings
+from mas.redaction import redact_url
 from mas.memory.blocks import SCHEMAS
 
 HEALTH_TIMEOUT_S = 10.0

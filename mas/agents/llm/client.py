@@ -16,7 +16,8 @@ from typing import Any
 import openai
 
 from mas.agents.llm.errors import LLMMisconfigured, LLMRejected, LLMUnavailable
-from mas.config import Settings, redact_url
+from mas.config import Settings
+from mas.redaction import redact_url
 from mas.singletons import per_process
 
 log = logging.getLogger(__name__)
