@@ -67,14 +67,14 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
     # a quoted concept runs from the first opening quote to the last closing one (quotes inside it stay),
     # and only the words outside it say what kind of work this is
     quoted = re.search(r"[\"“](.+)[\"”]", text)
-    outside = text[: quoted.start()] + " \x00 " + text[quoted.end():] if quoted else text
+    outside = text[: quoted.start()] + "\x00" + text[quoted.end():] if quoted else text
     found = [(m.start(), kind, m) for kind, pattern in (("series", _SERIES), ("ab", _VARIATIONS), ("batch", _BATCH))
              if (m := pattern.search(outside))]
     kind = min(found, key=lambda f: f[0])[1] if found else None  # the first one the request says
     m = next((match for _, k, match in found if k == kind), None)
     if kind == "series":
         count = _count(m["count"])
-        name = (quoted[1].strip() if quoted and "\x00" in m["name"] else _clean_theme(m["name"])) or None
+        name = _clean_theme(m["name"].replace("\x00", quoted[0]) if quoted else m["name"]) or None
         theme = name or ""
     elif kind == "ab":
         count, name = _count(m["count"]), None

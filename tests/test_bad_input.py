@@ -164,6 +164,8 @@ def test_quotes_series_and_variation_words_are_read_in_context(studio):
     assert quoted.theme == 'a sign reading "OPEN" at dusk'
     series = parse_request("Create a 3-part The Deep Blue Sea series", settings)
     assert (series.kind, series.series_name) == ("series", "The Deep Blue Sea")
+    named = parse_request('Create a 3-part The "Deep" Sea series', settings)  # `mas series 'The "Deep" Sea'`
+    assert (named.kind, named.series_name) == ("series", 'The "Deep" Sea')
     batch = parse_request("Create 3 videos of a 2-part series poster", settings)
     assert (batch.kind, batch.count, batch.theme) == ("batch", 3, "a 2-part series poster")
 
