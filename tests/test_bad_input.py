@@ -20,7 +20,6 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db
-from mas.celery_app import queue_keys
 from mas.clients import redis_client
 from tests.studio import ROOT, IsolatedStudio
 
@@ -35,7 +34,7 @@ def studio():
 
 def snapshot(studio: IsolatedStudio) -> dict:
     """Everything a command could have written: row counts, block versions, queued messages."""
-    from mas.celery_app import Studio
+    from mas.celery_app import Studio, queue_keys  # not at import: the app would read the settings too early
 
     with db.session_scope(studio.settings) as s:
         tables = s.execute(sa.text(

@@ -100,3 +100,20 @@ def test_modules_stay_small():
         if (n := len(path.read_text().splitlines())) > MAX_LINES and name not in LONG_MODULES
     }
     assert not long, f"modules over {MAX_LINES} lines (split them, or say why in LONG_MODULES): {long}"
+
+
+def test_no_test_module_loads_the_celery_app_when_collected():
+    """The app reads the settings when it is made; made at collection, it would point at the default data
+    folder instead of the test services, and every later test that sends a task would fail."""
+    import subprocess
+    import sys
+
+    check = (
+        "import importlib, pathlib, sys\n"
+        "for p in sorted(pathlib.Path('tests').glob('test_*.py')):\n"
+        "    importlib.import_module('tests.' + p.stem)\n"
+        "    if 'mas.celery_app' in sys.modules:\n"
+        "        sys.exit(p.stem)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{result.stderr.strip()[-300:]} loads mas.celery_app at import"
