@@ -120,7 +120,7 @@ def test_settings_that_cannot_work_are_refused_at_start_by_name(studio, env, say
 
 def test_a_data_folder_that_is_empty_or_cannot_be_created_is_refused(studio):
     refused(studio, "status", status=1, says="MAS_DATA_DIR", env={"MAS_DATA_DIR": ""})
-    refused(studio, "status", status=1, says="cannot be created", env={"MAS_DATA_DIR": "/proc/mas-data"})
+    refused(studio, "status", status=1, says="cannot be used", env={"MAS_DATA_DIR": "/proc/mas-data"})
 
 
 def test_bytes_that_are_not_utf8_in_arguments_and_in_the_env_file(studio, tmp_path):

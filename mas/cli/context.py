@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import click
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
@@ -53,18 +50,12 @@ def load_settings() -> Settings:
         ) from None
 
 
-def _check_creatable(folder: Path) -> None:
-    """Refuse a data folder that cannot exist (a file on its path, a parent without write access) before
-    anything starts; creating it is left to whoever needs it."""
-    existing = folder.absolute()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or (existing != folder.absolute() and not os.access(existing, os.W_OK | os.X_OK)):
-        raise InvalidSettings(f"MAS_DATA_DIR {folder} cannot be created ({existing} is not a writable folder)")
-
-
 def ready(settings: Settings) -> None:
     """Start the embedded services if they are ours, then check and migrate the database."""
-    _check_creatable(settings.data_dir)
-    services.up(settings)
+    try:
+        services.up(settings)
+    except OSError as exc:  # the data folder (or a folder in it) cannot be made
+        if exc.filename is None or not str(exc.filename).startswith(str(settings.data_dir.absolute())):
+            raise
+        raise InvalidSettings(f"MAS_DATA_DIR {settings.data_dir} cannot be used: {exc.strerror or exc}") from None
     db.ready_engine(settings)
