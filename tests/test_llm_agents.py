@@ -128,7 +128,9 @@ def test_calls_to_one_agent_are_serialized(clean, real_llm):
     """Two processes' worth of calls to one agent never overlap: its buffer alternates question, reply."""
     from concurrent.futures import ThreadPoolExecutor
 
-    settings = _llm_settings(clean, real_llm.url)
+    # what is checked is the order of the calls, not the model: more tries, so a rambling reply cut at the
+    # token limit (this 135M model does that now and then) does not end a call early
+    settings = _llm_settings(clean, real_llm.url, llm_reply_retries=6)
     question = Question(task="write", payload={"brief": {"concept": "a kite"}}, shape='{"prompt": str}', reply=DraftReply)
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(lambda _: LLMAgent(settings, "writer").ask(question), range(3)))
@@ -221,7 +223,10 @@ def test_a_batch_waits_for_a_server_that_is_down_and_resumes_when_it_returns(rea
     from tests.studio import IsolatedStudio
 
     port = free_port()
-    env = _env(f"http://127.0.0.1:{port}/v1", MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS="1", MAS_PEER_WAIT_SECONDS="600")
+    # one attempt per video (MAS_MAX_RETRIES=1): the wait and the resumption are the point, not refinement,
+    # whose real-model calls take minutes on 2 cores
+    env = _env(f"http://127.0.0.1:{port}/v1", MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS="1", MAS_PEER_WAIT_SECONDS="600",
+               MAS_MAX_RETRIES="1")
     with IsolatedStudio(tmp_path / "studio", **env) as studio:
         cpu = studio.worker("cpu")
         studio.worker("gpu")
