@@ -139,11 +139,19 @@ def _slot(template: dict[str, Any], path: Path, key: str, spec: str) -> Slot:
     return Slot(node=node, input=name)
 
 
+def run_seconds(entry: dict[str, Any]) -> float | None:
+    """How long ComfyUI ran the prompt, from its history's execution_start and execution_success times."""
+    times = {kind: (data or {}).get("timestamp") for kind, data in (entry.get("status") or {}).get("messages") or []}
+    start, end = times.get("execution_start"), times.get("execution_success")
+    return (end - start) / 1000 if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None
+
+
 class ComfyUIBackend:
     """The studio's video backend over a ComfyUI server (MAS_COMFYUI_URL, MAS_COMFYUI_WORKFLOW)."""
 
     name = NAME
     uses_this_gpu = False  # ComfyUI owns the GPU and queues the renders itself
+    last_run_seconds: float | None = None  # from the prompt's history entry: its start to its end
 
     def __init__(self, *, settings: Settings, client: ComfyUIClient | None = None, timeout: float | None = None):
         """`client` and `timeout` default to what `settings` say; pass them to talk or wait differently."""
@@ -171,6 +179,7 @@ class ComfyUIBackend:
             self.workflow.fill(values), prompt_id=render_id, progress=progress, timeout=self.timeout,
             should_stop=should_stop, number=order, queue_timeout=self.timeout * max(1, self.queue_ahead),
         )
+        self.last_run_seconds = run_seconds(entry)
         return self.client.download(self._saved_file(entry), output)
 
     def interrupt(self) -> None:

@@ -54,6 +54,7 @@ class DiffusersBackend:
     residency: Residency
     name: str = NAME
     uses_this_gpu: bool = True
+    last_run_seconds: float | None = None
 
     def __post_init__(self) -> None:
         model_folder(self.settings)

@@ -47,6 +47,9 @@ class VideoBackend(Protocol):
     #: True when the render runs in this process on its GPU (the task takes a GPU turn for it); False when
     #: a render server owns the GPU and queues renders itself (the task only waits on it).
     uses_this_gpu: bool
+    #: How long the last render ran, by the render server's own record (None: the caller's clock is right,
+    #: the render ran in this process from call to return). A queued render waits before it runs.
+    last_run_seconds: float | None
 
     def __call__(
         self,

@@ -33,6 +33,7 @@ NAME = "preview"
 class PreviewRenderer:
     name: str = NAME
     uses_this_gpu: bool = True  # a stand-in for a model on this GPU: it takes a GPU turn as one would
+    last_run_seconds: float | None = None
     width: int = 192
     height: int = 112
     frames: int = 24

@@ -183,7 +183,7 @@ def _render(task, settings, payload: dict, lease: leases.Lease) -> dict:
         raise RenderUnplayable(f"the {settings.video_backend} backend wrote a file that does not play: {exc}") from exc
     finally:
         scratch.unlink(missing_ok=True)
-    seconds = time.monotonic() - started
+    seconds = backend.last_run_seconds or time.monotonic() - started  # a queued render: its server's record
     with session_scope(settings) as session:
         if not states.transition(session, video_id, S.generating, S.evaluating, attempt=attempt):
             raise Ignore()  # cancelled (or failed) meanwhile: the chain stops here

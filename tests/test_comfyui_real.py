@@ -80,7 +80,8 @@ def test_the_backend_renders_a_playable_mp4_on_a_real_comfyui(server, tmp_path):
         comfyui_workflow=write_workflow(tmp_path / "workflow.json", seconds=0.4), data_dir=tmp_path / "data",
     )
     steps: list[tuple[int, int]] = []
-    out = ComfyUIBackend(settings=settings)(
+    backend = ComfyUIBackend(settings=settings)
+    out = backend(
         prompt="a kite over dunes", negative_prompt="", seed=7, output=tmp_path / "kite.mp4",
         render_id="0b1c5a9e-7d0e-4c39-9a57-1f6f3f3b0d01", progress=lambda done, total: steps.append((done, total)),
         order=1234.5,
@@ -90,6 +91,8 @@ def test_the_backend_renders_a_playable_mp4_on_a_real_comfyui(server, tmp_path):
     (render,) = server.renders()
     assert render.prompt_id == "0b1c5a9e-7d0e-4c39-9a57-1f6f3f3b0d01" and render.status == "success"
     assert render.number == 1234.5  # the place the studio asked for in ComfyUI's queue
+    assert abs(backend.last_run_seconds - (render.ended - render.started)) < 0.01  # ComfyUI's own record
+    assert backend.last_run_seconds >= 0.4  # the node's chosen duration
 
 
 def test_renders_are_pipelined_the_next_prompt_already_waits_in_comfyui(server, data_dir):

@@ -25,11 +25,13 @@ def hold_in_threads(turns: GpuTurns, jobs: list[tuple[str, str]], *, first_holds
     threads = [threading.Thread(target=first)]
     threads[0].start()
     holding.wait(5)
-    for name, priority in jobs:
+    for n, (name, priority) in enumerate(jobs, start=1):
         t = threading.Thread(target=job, args=(name, priority))
         t.start()
         threads.append(t)
-        time.sleep(0.02)  # arrival order
+        while turns.waiting < n:  # arrival order: this one is in line before the next one starts
+            time.sleep(0.001)
+        time.sleep(0.002)  # and its rank's clock reading is behind the next one's
     for t in threads:
         t.join(10)
     return order
