@@ -99,6 +99,10 @@ class Beat(CeleryProcess):
         super().__init__(args=["mas.cli", "beat"], name="beat", env=env, log_dir=log_dir)
 
 
+class BatchEnded(AssertionError):
+    """A batch a test waited on ended without being done."""
+
+
 class IsolatedStudio:
     def __init__(self, data_dir: Path, **env: str):
         self.data_dir = data_dir
@@ -164,8 +168,24 @@ class IsolatedStudio:
         raise TimeoutError(f"timed out waiting for {what}")
 
     def batch_done(self, batch_id: int) -> bool:
+        """True once the batch is done; a batch that ended otherwise (failed, cancelled) raises at once with
+        its reason and its videos' states, instead of leaving the test to time out saying nothing."""
         with db.session_scope(self.settings) as s:
-            return s.get(Batch, batch_id).status == BatchStatus.done
+            batch = s.get(Batch, batch_id)
+            if batch.status in (BatchStatus.failed, BatchStatus.cancelled):
+                raise BatchEnded(f"batch {batch_id} ended: {batch.failure_reason!r}; {self.describe_batch(batch_id)}")
+            return batch.status == BatchStatus.done
 
     def wait_batch(self, batch_id: int, timeout: float = 180) -> None:
-        self.wait_until(lambda: self.batch_done(batch_id), timeout=timeout, what=f"batch {batch_id}")
+        try:
+            self.wait_until(lambda: self.batch_done(batch_id), timeout=timeout, what=f"batch {batch_id}")
+        except TimeoutError as late:
+            raise TimeoutError(f"{late}: {self.describe_batch(batch_id)}") from None
+
+    def describe_batch(self, batch_id: int) -> str:
+        """The batch's status and each video's state and attempts, for a failure message."""
+        with db.session_scope(self.settings) as s:
+            batch = s.get(Batch, batch_id)
+            videos = s.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.id))
+            states = [(v.id, v.state.value, v.attempt_count, v.failure_reasons) for v in videos]
+            return f"status {batch.status.value}, videos (id, state, attempts, reasons) {states}"
