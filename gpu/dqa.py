@@ -29,7 +29,7 @@ from mas import grading
 from mas.config import Settings
 from mas.db import session_scope
 from mas.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, ModelMissing, NothingToGrade
-from mas.models import Attempt, Video
+from mas.models import DEFAULT_USER, Attempt, Video
 from mas.video import decode_video
 
 NAME = "dqa"
@@ -83,13 +83,13 @@ class DQAGrader:
         key = f"dqa:clip:{self.settings.torch_dtype}:{folder}"
         return self.residency.get(key, loader=lambda: ClipScorer.load(folder, dtype=self.dtype))
 
-    def preference_model(self) -> PreferenceModel | None:
-        """The promoted adapter on its base model, resident; None while preference is off (no
-        MAS_PREFERENCE_BASE_MODEL_PATH) or no adapter has been promoted yet."""
+    def preference_model(self, user: str = DEFAULT_USER) -> PreferenceModel | None:
+        """`user`'s promoted adapter on its base model, resident; None while preference is off (no
+        MAS_PREFERENCE_BASE_MODEL_PATH) or no adapter of theirs has been promoted yet."""
         if self.settings.preference_base_model_path is None:
             return None
         base = preference_base(self.settings)
-        adapter = promoted_adapter(self.settings, base=base)
+        adapter = promoted_adapter(self.settings.model_copy(update={"user": user}), base=base)
         if adapter is None:
             return None
         if not adapter.present:
@@ -102,7 +102,7 @@ class DQAGrader:
         key = f"dqa:preference:float32:{base}:v{adapter.version}"
         return self.residency.get(key, loader=lambda: PreferenceModel.load(base=base, adapter=adapter.path))
 
-    def measure(self, *, video: Path, prompt: str, concept: str = "") -> dict[str, float]:
+    def measure(self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER) -> dict[str, float]:
         """Phases 1-3: every raw measurement, before synthesis."""
         decoded = decode_video(video)
         scorer = self.clip()
@@ -111,13 +111,15 @@ class DQAGrader:
         measured = verify(scorer, sampled, prompt=prompt, config=self.config)  # Phase 1
         measured |= benchmark(frames, sampled, config=self.config)  # Phase 2
         measured |= multi_axis(measured)
-        if (preference := self.preference_model()) is not None:  # Phase 3
+        if (preference := self.preference_model(user)) is not None:  # Phase 3
             measured["preference"] = preference.score(concept=concept, prompt=prompt)
         return measured
 
-    def __call__(self, *, video: Path, prompt: str, concept: str = "") -> tuple[dict[str, float], str]:
+    def __call__(
+        self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER
+    ) -> tuple[dict[str, float], str]:
         """(scores, grade): the five axes, their sub-scores and `total`; the grade by mas.grading's cut-offs."""
-        measured = self.measure(video=video, prompt=prompt, concept=concept)
+        measured = self.measure(video=video, prompt=prompt, concept=concept, user=user)
         return grading.synthesize(measured, weights=self.settings.dqa_weights)  # Phase 4, plain arithmetic
 
 
@@ -163,9 +165,9 @@ def regrade(settings: Settings, video_id: int, *, residency: Residency) -> Regra
         ).scalar_one_or_none()
         if row is None:
             raise NothingToGrade(f"video {video_id} has no rendered attempt yet; grade it once it has been rendered")
-        concept, attempt = video.concept, row
+        concept, attempt, user = video.concept, row, video.batch.user_name
     grader = DQAGrader(settings=settings, residency=residency)
-    scores, grade = grader(video=Path(attempt.output_path), prompt=attempt.prompt, concept=concept)
+    scores, grade = grader(video=Path(attempt.output_path), prompt=attempt.prompt, concept=concept, user=user)
     stored = attempt.scores or {}
     share = grading.effective_weights(settings.dqa_weights, present=[a for a in AXES if a in scores])
     subs = {"benchmark": BENCHMARK_METRICS, "multi_axis": MULTI_AXES}

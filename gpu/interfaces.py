@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mas.errors import PermanentError
+from mas.models import DEFAULT_USER
 
 Progress = Callable[[int, int], None]
 
@@ -68,4 +69,7 @@ class VideoBackend(Protocol):
 class Grader(Protocol):
     name: str
 
-    def __call__(self, *, video: Path, prompt: str, concept: str = "") -> tuple[dict[str, float], str]: ...
+    def __call__(
+        self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER
+    ) -> tuple[dict[str, float], str]:
+        """(scores, grade); `user` is whose taste the preference axis measures."""

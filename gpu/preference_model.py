@@ -139,11 +139,13 @@ class PreferenceModel(nn.Module):
 
 
 def promoted_adapter(settings: Settings, *, base: Path) -> PromotedAdapter | None:
-    """The newest promoted adapter trained on `base` (adapters of another base model do not apply)."""
+    """`settings.user`'s newest promoted adapter trained on `base` (adapters of another base model do not
+    apply; a user with none has no preference axis)."""
     with session_scope(settings) as session:
         row = session.execute(
             sa.select(TrainedAdapter)
-            .where(TrainedAdapter.promoted.is_(True), TrainedAdapter.base_model == str(base.resolve()))
+            .where(TrainedAdapter.promoted.is_(True), TrainedAdapter.base_model == str(base.resolve()),
+                   TrainedAdapter.user_name == settings.user)
             .order_by(TrainedAdapter.version.desc())
             .limit(1)
         ).scalar_one_or_none()

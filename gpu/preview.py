@@ -23,6 +23,7 @@ import numpy as np
 
 from gpu.interfaces import STOP_POLL_SECONDS, Progress, check_stop
 from mas.grading import to_grade
+from mas.models import DEFAULT_USER
 from mas.palette import palette_of
 from mas.video import decode_video
 
@@ -101,7 +102,9 @@ class PreviewGrader:
 
     name: str = NAME
 
-    def __call__(self, *, video: Path, prompt: str, concept: str = "") -> tuple[dict[str, float], str]:
+    def __call__(
+        self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER
+    ) -> tuple[dict[str, float], str]:
         frames = decode_video(video).astype(np.float32)
         # noise: mean absolute difference between horizontally adjacent pixels inside colour bands
         detail = np.abs(np.diff(frames, axis=1)).mean()

@@ -62,15 +62,21 @@ def regrade(self, video_id: int) -> dict:
 
 
 @app.task(name=names.TUNE, bind=True)
-def tune(self, dry_run: bool = False) -> dict:
-    """The Tuner: DPO on the user's A/B choices (nightly from beat, or `mas tune`), on the GPU worker."""
+def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
+    """The Tuner (nightly from beat, or `mas tune`), on the GPU worker: each user's pairwise taste and DPO
+    adapter from their A/B choices. `user` tunes that user; None (the beat job) every user with picks."""
     from gpu.tuner import tune as run_tuner
+    from mas.taste_promotion import users_with_picks
 
     settings = self.app.settings
-    with gpu_turns(settings).turn(what="the Tuner", priority=priority_of(self), limit_seconds=settings.tune_max_seconds):
-        report = run_tuner(settings, dry_run=dry_run)
-    log.info("tune: %s", report.reason)
-    return asdict(report)
+    reports = []
+    for name in [user] if user else users_with_picks(settings):
+        with gpu_turns(settings).turn(what=f"the Tuner for {name}", priority=priority_of(self),
+                                      limit_seconds=settings.tune_max_seconds):
+            report = run_tuner(settings.model_copy(update={"user": name}), dry_run=dry_run)
+        log.info("tune %s: %s%s", name, report.taste.reason + " " if report.taste else "", report.reason)
+        reports.append(asdict(report))
+    return {"reports": reports}
 
 
 RECENT_TURNS = 200
@@ -233,11 +239,12 @@ def _grade(settings, payload: dict, priority: str) -> dict:
         if row.grade is not None:
             return payload
         path, prompt, concept = Path(row.output_path), row.prompt, row.video.concept
+        user = row.video.batch.user_name
     reasons: list[str] = []
     try:
         what = f"grading of video {video_id} attempt {attempt}"
         with gpu_turns(settings).turn(what=what, priority=priority, limit_seconds=settings.max_render_seconds):
-            scores, grade = grader(settings)(video=path, prompt=prompt, concept=concept)
+            scores, grade = grader(settings)(video=path, prompt=prompt, concept=concept, user=user)
     except VideoUnreadable as exc:  # a broken render is graded F, so review renders it again
         scores, grade, reasons = {"total": 0.0}, "F", [str(exc)]
     with session_scope(settings) as session:

@@ -8,12 +8,14 @@ are there, plain peft + trl otherwise. DPO makes the adapter a reward model for 
 (Rafailov et al. 2023), with the base model (adapter disabled) as π_ref. That reward, through a sigmoid,
 is the `preference` axis of DQA.
 
-Each trained adapter gets the next version in `trained_adapters`. It is promoted only if it predicts
-held-out choices at least as well as the currently promoted adapter does on the same choices (the first
-one: at least as well as a coin flip). Held-out choices are every HELDOUT_EVERY-th selection in id order:
-a selection is held out once and for all, so no version ever trains on the choices it is judged by, and
-two versions are always judged on the same ones. The model itself, which grading shares, is in
-`gpu.preference_model`.
+Everything is per user (`settings.user`): their picks, their adapters, their pairwise taste. A tune first
+fits the user's pairwise taste (`mas.taste_promotion`, milliseconds on the CPU), then, when a base model is
+configured, trains a DPO adapter. Each trained adapter gets the next version in `trained_adapters`. It is
+promoted only if it predicts held-out choices at least as well as the user's promoted adapter does on the
+same choices (the first one: at least as well as a coin flip). Held-out choices are the user's every
+`heldout_every`-th pick (`mas.taste_promotion.held_out`, the same split as the pairwise taste): a pick is held
+out once and for all, so no version ever trains on the choices it is judged by, and two versions are always
+judged on the same ones. The model itself, which grading shares, is in `gpu.preference_model`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from mas import locks, names
 from mas.config import Settings
 from mas.db import ready_engine, session_scope
 from mas.models import ABSelection, TrainedAdapter
+from mas.taste_promotion import HELDOUT_EVERY, TasteReport, held_out, tune_taste
 
 
 @dataclass(kw_only=True)
@@ -86,7 +89,7 @@ class TunerConfig:
         metadata={"help": "Held-out accuracy a first adapter needs to be promoted when none is: a coin flip."},
     )
     heldout_every: int = field(
-        default=4,
+        default=HELDOUT_EVERY,
         metadata={"help": "Every N-th A/B selection (in id order) is held out to judge adapters, never trained on."},
     )
     seed: int = field(default=0, metadata={"help": "Seed of LoRA initialisation and data order."})
@@ -102,8 +105,11 @@ UNSLOTH_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 
 @dataclass(frozen=True, kw_only=True)
 class TuneReport:
-    """What `tune` did, for `mas tune` to print and the beat job to log."""
+    """What `tune` did for one user, for `mas tune` to print and the beat job to log: the pairwise taste
+    (`taste`) and the DPO adapter (the other fields)."""
 
+    user: str
+    taste: TasteReport | None
     trained: bool
     promoted: bool
     reason: str
@@ -124,10 +130,11 @@ class TuneReport:
 
 
 def load_pairs(settings: Settings) -> list[PreferencePair]:
-    """Every (chosen, rejected) pair of `ab_selections`, in selection id order; blank prompts skipped."""
+    """Every (chosen, rejected) pair of `settings.user`'s picks, in selection id order; blank prompts skipped."""
     with session_scope(settings) as session:
         rows = session.execute(
             sa.select(ABSelection.id, ABSelection.concept, ABSelection.chosen_prompt, ABSelection.rejected_prompts)
+            .where(ABSelection.user_name == settings.user)
             .order_by(ABSelection.id)
         ).all()
     return [
@@ -141,8 +148,8 @@ def load_pairs(settings: Settings) -> list[PreferencePair]:
 def split_heldout(pairs: Sequence[PreferencePair], *, every: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
     """(train, held out): all pairs of every `every`-th selection, by position in id order, are held out."""
     order = {sid: i for i, sid in enumerate(dict.fromkeys(p.selection_id for p in pairs))}
-    heldout = [p for p in pairs if order[p.selection_id] % every == every - 1]
-    train = [p for p in pairs if order[p.selection_id] % every != every - 1]
+    heldout = [p for p in pairs if held_out(order[p.selection_id], every=every)]
+    train = [p for p in pairs if not held_out(order[p.selection_id], every=every)]
     return train, heldout
 
 
@@ -266,66 +273,85 @@ def _release() -> None:
 
 
 def tune(settings: Settings, *, dry_run: bool = False, config: TunerConfig | None = None) -> TuneReport:
-    """Train a new adapter on every A/B choice so far and promote it if it predicts held-out choices at
-    least as well as the promoted one. With too few pairs, or `dry_run`, it says what it would do and
-    trains nothing. `mas tune [--dry-run]` prints the report; the beat job logs it.
+    """Fit `settings.user`'s pairwise taste and, when a base model is configured, train a DPO adapter on their
+    picks; each is promoted or not on the held-out picks. With too few pairs, or `dry_run`, it says what it
+    would do and trains nothing. `mas tune [--user NAME] [--dry-run]` prints the report; the beat job logs it.
     """
     config = config or TunerConfig()
     started = time.monotonic()
-    base = preference_base(settings)
     pairs = load_pairs(settings)
     train, heldout = split_heldout(pairs, every=config.heldout_every)
-    counts = {"pairs": len(pairs), "train_pairs": len(train), "heldout_pairs": len(heldout),
+    counts = {"user": settings.user, "pairs": len(pairs), "train_pairs": len(train), "heldout_pairs": len(heldout),
               "needed_pairs": settings.min_preference_pairs}
     if len(pairs) < settings.min_preference_pairs or not train or not heldout:
         reason = (
-            f"{len(pairs)} preference pairs from A/B choices; {settings.min_preference_pairs} needed "
+            f"{settings.user}: {len(pairs)} preference pairs from A/B choices; {settings.min_preference_pairs} needed "
             f"(MAS_MIN_PREFERENCE_PAIRS), with at least {config.heldout_every} choices so one can be held out. "
-            "Run more A/B tests and pick winners (`mas pick`), then tune again. Nothing was trained."
+            "The studio default serves this user meanwhile (no preference: every variation expected equally, "
+            "no preference axis in grading). Run more A/B tests and pick winners (`mas pick`), then tune "
+            "again. Nothing was trained."
         )
-        return TuneReport(trained=False, promoted=False, reason=reason, **counts)
+        return TuneReport(taste=None, trained=False, promoted=False, reason=reason, **counts)
+    base = preference_base(settings) if settings.preference_base_model_path is not None else None
     if dry_run:
-        current, _ = _current(settings, base=base)
-        would = "v" + str(current.version) if current else "no adapter yet"
         backend = "unsloth" if config.use_unsloth and fast_path_available() else "peft + trl"
-        reason = (f"dry run: would train on {len(train)} pairs with {backend} "
-                  f"and judge on {len(heldout)} held-out pairs against {would}. Nothing was trained.")
-        return TuneReport(
-            trained=False, promoted=False, reason=reason, current_version=current and current.version, **counts
-        )
+        if base is None:
+            would = "skip DPO (no MAS_PREFERENCE_BASE_MODEL_PATH)"
+            current = None
+        else:
+            current, _ = _current(settings, base=base)
+            would = (f"train DPO on {len(train)} pairs with {backend} and judge it on {len(heldout)} held-out "
+                     f"pairs against {'v' + str(current.version) if current else 'no adapter yet'}")
+        reason = (f"dry run: would train on {len(train)} pairs (the pairwise taste, then {would}). "
+                  "Nothing was trained.")
+        return TuneReport(taste=None, trained=False, promoted=False, reason=reason,
+                          current_version=current and current.version, **counts)
     # one tune at a time: the nightly beat job and a manual `mas tune` may meet
     busy = "another `mas tune` is training right now; wait for it to finish and run it again"
     with locks.held_or_busy(ready_engine(settings), names.TUNE_LOCK, busy=busy):
-        current, lost = _current(settings, base=base)
-        version = _next_version(settings)
-        folder = (settings.data_dir / "adapters").resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        output = folder / f"v{version:04d}-{uuid.uuid4().hex[:8]}"  # never over a folder a wiped database forgot
-        metrics = train_adapter(base=base, pairs=train, output=output, config=config)
-        accuracy = _heldout_accuracy(base=base, adapter=output, heldout=heldout)
-        current_accuracy = None
-        if current is not None:  # judged again on today's held-out set, which may have grown since it was trained
-            current_accuracy = _heldout_accuracy(base=base, adapter=current.path, heldout=heldout)
-        promoted = accuracy >= (config.min_accuracy if current_accuracy is None else current_accuracy)
-        with session_scope(settings) as session:
-            session.add(TrainedAdapter(
-                version=version, path=str(output), base_model=str(base.resolve()), pairs_used=len(train),
-                heldout_accuracy=accuracy, promoted=promoted,
-                metrics={**metrics, "heldout_pairs": len(heldout), "current_version": current and current.version,
-                         "current_accuracy": current_accuracy},
-            ))
+        taste = tune_taste(settings, every=config.heldout_every)
+        if base is None:
+            reason = ("no DPO adapter: MAS_PREFERENCE_BASE_MODEL_PATH names no base model, so the preference axis "
+                      "stays out of grading and the pairwise taste serves alone.")
+            return TuneReport(taste=taste, trained=False, promoted=False, reason=reason,
+                              seconds=round(time.monotonic() - started, 2), **counts)
+        adapter = _train_and_judge(settings, base=base, train=train, heldout=heldout, config=config)
+    return TuneReport(taste=taste, seconds=round(time.monotonic() - started, 2), **adapter, **counts)
+
+
+def _train_and_judge(
+    settings: Settings, *, base: Path, train: Sequence[PreferencePair], heldout: Sequence[PreferencePair],
+    config: TunerConfig,
+) -> dict[str, Any]:
+    """Train the next DPO adapter of `settings.user`, judge it and the promoted one on `heldout`, store it."""
+    current, lost = _current(settings, base=base)
+    version = _next_version(settings)
+    folder = (settings.data_dir / "adapters").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    output = folder / f"v{version:04d}-{uuid.uuid4().hex[:8]}"  # never over a folder a wiped database forgot
+    metrics = train_adapter(base=base, pairs=train, output=output, config=config)
+    accuracy = _heldout_accuracy(base=base, adapter=output, heldout=heldout)
+    current_accuracy = None
+    if current is not None:  # judged again on today's held-out set, which may have grown since it was trained
+        current_accuracy = _heldout_accuracy(base=base, adapter=current.path, heldout=heldout)
+    promoted = accuracy >= (config.min_accuracy if current_accuracy is None else current_accuracy)
+    with session_scope(settings) as session:
+        session.add(TrainedAdapter(
+            version=version, path=str(output), base_model=str(base.resolve()), pairs_used=len(train),
+            heldout_accuracy=accuracy, promoted=promoted, user_name=settings.user,
+            metrics={**metrics, "heldout_pairs": len(heldout), "current_version": current and current.version,
+                     "current_accuracy": current_accuracy},
+        ))
     if current is not None:
         against = f"v{current.version} scores {current_accuracy:.2f}"
     else:
         missing = "the promoted adapter's files are missing" if lost else "no adapter was promoted before"
         against = f"{missing}, so it needed {config.min_accuracy:.2f}"
     verdict = "promoted" if promoted else "kept on file, not promoted"
-    reason = f"v{version} {verdict}: held-out accuracy {accuracy:.2f} on {len(heldout)} pairs; {against}."
-    return TuneReport(
-        trained=True, promoted=promoted, reason=reason, version=version, path=str(output),
-        backend=metrics["backend"], heldout_accuracy=accuracy, current_version=current and current.version,
-        current_accuracy=current_accuracy, seconds=round(time.monotonic() - started, 2), **counts,
-    )
+    reason = f"DPO adapter v{version} {verdict}: held-out accuracy {accuracy:.2f} on {len(heldout)} pairs; {against}."
+    return {"trained": True, "promoted": promoted, "reason": reason, "version": version, "path": str(output),
+            "backend": metrics["backend"], "heldout_accuracy": accuracy,
+            "current_version": current and current.version, "current_accuracy": current_accuracy}
 
 
 def _current(settings: Settings, *, base: Path) -> tuple[PromotedAdapter | None, bool]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 import tempfile
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +19,11 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mas.errors import InvalidInput
 from mas.redaction import redact_url
+
+USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$"
+"""A user name: letters, digits, `_`, `.`, `-`, at most 40 characters (it names rows and memory blocks)."""
 
 GRADES = ("A", "B", "C", "D", "F")
 
@@ -132,7 +137,14 @@ class Settings(BaseSettings):
         description="Weights of semantic, spatial, benchmark, preference and multi-axis scores.",
     )
     dqa_frames: int = Field(default=8, gt=0, description="Frames sampled per video for scoring.")
-    min_preference_pairs: int = Field(default=8, gt=0, description="A/B pairs needed before DPO runs.")
+    min_preference_pairs: int = Field(
+        default=8, gt=0, description="A/B pairs a user needs before the Tuner fits their taste (pairwise and DPO)."
+    )
+    user: str = Field(
+        default="default", pattern=USER_PATTERN,
+        description="Whose taste the commands read and teach (`--user`): each user has their own style, A/B "
+        "picks and preference models; the other blocks are the studio's, shared.",
+    )
 
     # --- letta ---------------------------------------------------------------------------------
     letta_url: str = Field(default="http://127.0.0.1:8283", description="Letta server (letta backend).")
@@ -359,6 +371,12 @@ class Settings(BaseSettings):
         return self
 
     # --- derived paths -------------------------------------------------------------------------
+    def for_user(self, user: str) -> "Settings":
+        """These settings for `user` (a command's `--user`, the user a batch was made for)."""
+        if not re.fullmatch(USER_PATTERN, user):
+            raise InvalidInput(f"user name {user!r}: use letters, digits, '_', '.' or '-', at most 40 characters")
+        return self if user == self.user else self.model_copy(update={"user": user})
+
     @property
     def embedded_database(self) -> bool:
         return self.database_url is None

@@ -27,6 +27,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
 
+DEFAULT_USER = "default"
+"""The user of work and picks when no `--user` / MAS_USER names one; the studio default taste."""
+
+
+def _user_column() -> Mapped[str]:
+    """Whose taste a row belongs to (`--user` / MAS_USER)."""
+    return mapped_column(String(40), default=DEFAULT_USER, server_default=DEFAULT_USER, index=True)
+
 
 class Base(DeclarativeBase):
     pass
@@ -73,6 +81,7 @@ class Batch(Base):
     ab_test_id: Mapped[int | None] = mapped_column(ForeignKey("ab_tests.id"))
     options: Mapped[dict] = mapped_column(JSONB, default=dict)
     failure_reason: Mapped[str | None] = mapped_column(Text)
+    user_name: Mapped[str] = _user_column()
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
 
@@ -238,6 +247,11 @@ class ABTest(Base):
     concept: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), default="open")  # open | closed
     winner_label: Mapped[str | None] = mapped_column(String(8))
+    user_name: Mapped[str] = _user_column()
+    # the variation the studio expected the user to pick, written just before the pick is stored
+    expected_label: Mapped[str | None] = mapped_column(String(8))
+    expected_probability: Mapped[float | None] = mapped_column(Float)
+    expected_by: Mapped[str | None] = mapped_column(Text)  # which taste model, or why none
     created_at: Mapped[datetime] = _now_column()
 
     variations: Mapped[list["ABVariation"]] = relationship(order_by="ABVariation.label")
@@ -264,7 +278,10 @@ class ABSelection(Base):
     chosen_label: Mapped[str] = mapped_column(String(8))
     chosen_prompt: Mapped[str] = mapped_column(Text, default="")
     rejected_prompts: Mapped[list] = mapped_column(JSONB, default=list)
+    chosen_scores: Mapped[dict] = mapped_column(JSONB, default=dict)  # the chosen video's per-axis scores
+    rejected_scores: Mapped[list] = mapped_column(JSONB, default=list)  # per rejected prompt, same order
     concept: Mapped[str] = mapped_column(Text, default="")
+    user_name: Mapped[str] = _user_column()
     created_at: Mapped[datetime] = _now_column()
 
 
@@ -279,6 +296,25 @@ class TrainedAdapter(Base):
     heldout_accuracy: Mapped[float | None] = mapped_column(Float)
     promoted: Mapped[bool] = mapped_column(Boolean, default=False)
     metrics: Mapped[dict] = mapped_column(JSONB, default=dict)
+    user_name: Mapped[str] = _user_column()
+    created_at: Mapped[datetime] = _now_column()
+
+
+class TasteModel(Base):
+    """A fitted pairwise taste (`mas.taste`) of one user, promoted or kept on file with the reason."""
+
+    __tablename__ = "taste_models"
+    __table_args__ = (UniqueConstraint("user_name", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_name: Mapped[str] = mapped_column(String(40), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    pairs_used: Mapped[int] = mapped_column(Integer)
+    heldout_pairs: Mapped[int] = mapped_column(Integer)
+    heldout_accuracy: Mapped[float | None] = mapped_column(Float)
+    promoted: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    model: Mapped[dict] = mapped_column(JSONB)  # weights, calibration, features: `mas.taste.PairwiseTaste`
     created_at: Mapped[datetime] = _now_column()
 
 

@@ -1,4 +1,4 @@
-"""What the user teaches the studio directly: style feedback and A/B choices."""
+"""What the user teaches the studio directly: style feedback and A/B choices, each kept for `settings.user`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from mas.errors import InvalidInput
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest, ABVariation, Attempt, Video, VideoState
 from mas.outcomes import KEEP
+from mas.taste import Option
+from mas.taste_promotion import expect
 from mas.text import check_storable
 
 
@@ -44,7 +46,9 @@ def learn_style(settings: Settings, feedback: str) -> dict:
 
 
 def pick(settings: Settings, test_id: int, label: str) -> dict:
-    """Record the user's winner of an A/B test: USER_SELECTIONS, WINNING_PATTERNS, a DPO pair row."""
+    """Record the user's winner of an A/B test: USER_SELECTIONS, WINNING_PATTERNS, a pick row (the pairs the
+    taste and DPO learn from, with each video's scores), and, first, which variation the user's taste
+    expected, so the gallery can say whether the studio was right."""
     label = label.strip().upper()
     with session_scope(settings) as session:
         test = session.execute(sa.select(ABTest).where(ABTest.id == test_id).with_for_update()).scalar_one_or_none()
@@ -52,6 +56,11 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
             raise PreferenceError(f"there is no A/B test {test_id}; nothing changed")
         if test.status != "open":
             raise PreferenceError(f"A/B test {test_id} is closed (winner {test.winner_label}); nothing changed")
+        if test.user_name != settings.user:
+            raise PreferenceError(
+                f"A/B test {test_id} was made for {test.user_name}, not {settings.user}: pick it with "
+                f"--user {test.user_name}; nothing changed"
+            )
         variations = {v.label: v for v in session.scalars(sa.select(ABVariation).where(ABVariation.test_id == test_id))}
         if label not in variations:
             raise PreferenceError(f"A/B test {test_id} has no variation {label!r}; labels: {', '.join(sorted(variations))}")
@@ -60,16 +69,22 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
         if unfinished:
             raise PreferenceError(f"A/B test {test_id} is still rendering (videos {unfinished}); pick when it is done")
 
-        def final_prompt(video: Video) -> str:
-            return session.scalar(
-                sa.select(Attempt.prompt).where(Attempt.video_id == video.id, Attempt.number == video.attempt_count)
-            ) or ""
+        def final(video: Video) -> Option:
+            row = session.scalars(
+                sa.select(Attempt).where(Attempt.video_id == video.id, Attempt.number == video.attempt_count)
+            ).first()
+            return Option(prompt=row.prompt if row else "", scores=dict(row.scores or {}) if row else {})
 
+        options = {lbl: final(videos[v.video_id]) for lbl, v in sorted(variations.items())}
+        expectation = expect(settings, options)
+        test.expected_label, test.expected_probability, test.expected_by = (
+            expectation.label, expectation.probability, expectation.by)
         chosen = variations[label]
-        rejected = [final_prompt(videos[v.video_id]) for lbl, v in sorted(variations.items()) if lbl != label]
+        rejected = [o for lbl, o in options.items() if lbl != label]
         session.add(ABSelection(
-            test_id=test_id, chosen_label=label, chosen_prompt=final_prompt(videos[chosen.video_id]),
-            rejected_prompts=rejected, concept=test.concept,
+            test_id=test_id, chosen_label=label, chosen_prompt=options[label].prompt,
+            chosen_scores=dict(options[label].scores), rejected_prompts=[o.prompt for o in rejected],
+            rejected_scores=[dict(o.scores) for o in rejected], concept=test.concept, user_name=settings.user,
         ))
         test.status, test.winner_label = "closed", label
         selection = {"test": str(test_id), "label": label, "approach": chosen.approach, "concept": test.concept}

@@ -15,7 +15,7 @@ from mas.celery_app import app, queue_of
 from mas.clients import redis_client
 from mas.db import session_scope
 from mas.errors import InvalidInput, PeerUnavailable
-from mas.models import Batch, Schedule
+from mas.models import DEFAULT_USER, Batch, Schedule
 from mas.redaction import redact_url
 from mas.requests import ProductionRequest, parse_request
 
@@ -35,10 +35,10 @@ def batch_priority(batch: Batch) -> str:
     return (batch.options or {}).get("priority", "normal")
 
 
-def new_batch(session, request: ProductionRequest, *, priority: str) -> Batch:
-    """A queued Batch row for `request`, flushed so it has its id."""
+def new_batch(session, request: ProductionRequest, *, priority: str, user: str) -> Batch:
+    """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for."""
     batch = Batch(
-        request=request.text, kind=request.kind, theme=request.theme, total=request.count,
+        request=request.text, kind=request.kind, theme=request.theme, total=request.count, user_name=user,
         options={"series_name": request.series_name, "priority": priority},
     )
     session.add(batch)
@@ -72,7 +72,7 @@ def submit(settings, request: ProductionRequest, *, priority: str | None = None)
     priority = priority_for(settings, request, priority)
     check_broker(settings)
     with session_scope(settings) as session:
-        batch_id = new_batch(session, request, priority=priority).id
+        batch_id = new_batch(session, request, priority=priority, user=settings.user).id
     send_plan(batch_id, priority=priority)
     return batch_id
 
@@ -81,7 +81,7 @@ def schedule(settings, request: ProductionRequest, *, run_at: datetime, priority
     """Store the request to be enqueued at `run_at` (an overnight batch); return the schedule id."""
     priority = priority_for(settings, request, priority)
     with session_scope(settings) as session:
-        row = Schedule(run_at=run_at, request=request.text, options={"priority": priority})
+        row = Schedule(run_at=run_at, request=request.text, options={"priority": priority, "user": settings.user})
         session.add(row)
         session.flush()
         return row.id
@@ -105,7 +105,8 @@ def run_due_schedules(settings) -> list[int]:
         for row in due:
             request = parse_request(row.request, settings)
             priority = priority_for(settings, request, (row.options or {}).get("priority"))
-            row.batch_id = new_batch(session, request, priority=priority).id
+            user = (row.options or {}).get("user", DEFAULT_USER)
+            row.batch_id = new_batch(session, request, priority=priority, user=user).id
             row.status = "sent"
             sent.append((row.batch_id, priority))
     for batch_id, priority in sent:

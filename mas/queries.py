@@ -19,7 +19,8 @@ from mas.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
 from mas.memory import blocks
-from mas.models import Batch, Schedule, Video
+from mas.models import ABTest, Batch, Schedule, Video
+from mas.taste_promotion import expectation_text
 
 
 def batch_overview(settings: Settings, batch_id: int | None = None) -> Batch | None:
@@ -92,3 +93,13 @@ def gpu_summary(settings: Settings) -> GpuSummary:
             resident=list(residency.get("resident") or []),
         ))
     return GpuSummary(urgent_waiting=urgent, renders_waiting=renders, gradings_waiting=gradings, workers=workers)
+
+
+def expectation(settings: Settings, test_id: int) -> str:
+    """What the studio expected the user to pick in A/B test `test_id`, and whether it was right."""
+    with session_scope(settings) as session:
+        test = session.get(ABTest, test_id)
+        if test is None:
+            return f"there is no A/B test {test_id}"
+        return expectation_text(expected=test.expected_label, probability=test.expected_probability,
+                                by=test.expected_by, winner=test.winner_label)

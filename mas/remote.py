@@ -54,7 +54,8 @@ def regrade(settings: Settings, video_id: int) -> dict:
 
 
 def tune(settings: Settings, *, dry_run: bool = False) -> dict:
-    """Run the Tuner now; its report (pairs, training, held-out accuracy, promotion). It waits for its GPU
-    turn behind the work already in the worker, then trains for at most MAS_TUNE_MAX_SECONDS."""
+    """Run the Tuner now for `settings.user`; its report (pairs, the pairwise taste and the DPO adapter:
+    training, held-out accuracy, promotion and why). It waits for its GPU turn behind the work already in
+    the worker, then trains for at most MAS_TUNE_MAX_SECONDS."""
     timeout = (1 + settings.gpu_lookahead) * settings.max_render_seconds + settings.tune_max_seconds
-    return _run_on_worker(names.TUNE, dry_run, kind="gpu", timeout=timeout)
+    return _run_on_worker(names.TUNE, dry_run, settings.user, kind="gpu", timeout=timeout)["reports"][0]

@@ -87,11 +87,12 @@ def video_chain(video_id: int, attempt: int, *, priority: str, start: str = "wri
 def plan_batch(self, batch_id: int) -> dict:
     """Director: turn a stored request into videos, fill the production blocks, start every video."""
     settings = self.app.settings
-    crew = agents.backend(settings)
     with session_scope(settings) as session:
         batch = session.execute(sa.select(Batch).where(Batch.id == batch_id).with_for_update()).scalar_one_or_none()
         if batch is None or batch.status != BatchStatus.queued:
             raise Ignore()
+        settings = settings.for_user(batch.user_name)  # the taste blocks of the user it is made for
+        crew = agents.backend(settings)
         request = ProductionRequest(
             text=batch.request, kind=batch.kind, count=batch.total, theme=batch.theme,
             series_name=(batch.options or {}).get("series_name"),
@@ -118,7 +119,7 @@ def plan_batch(self, batch_id: int) -> dict:
             }, actor="director", session=session)
         test = None
         if batch.kind == "ab":
-            test = ABTest(concept=request.theme)
+            test = ABTest(concept=request.theme, user_name=batch.user_name)
             session.add(test)
             session.flush()
             batch.ab_test_id = test.id
@@ -196,11 +197,12 @@ def write_prompt(self, video_id: int, attempt: int) -> dict:
 
 
 def _write(settings, video_id: int, attempt: int) -> dict:
-    crew = agents.backend(settings)
     with session_scope(settings) as session:
         video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
         if video is None or not states.steps_may_run(session, video_id):
             raise Ignore()
+        settings = settings.for_user(video.batch.user_name)  # the user's style, picks and taste
+        crew = agents.backend(settings)
         if video.state == S.writing and video.attempt_count == attempt:
             if session.scalar(sa.select(Attempt.id).where(Attempt.video_id == video_id, Attempt.number == attempt)):
                 return _payload(video, attempt)  # written before; the next message was never sent
@@ -238,12 +240,13 @@ def review(self, payload: dict) -> dict:
 
 
 def _review(settings, payload: dict) -> dict:
-    crew = agents.backend(settings)
     video_id, attempt = payload["video_id"], payload["attempt"]
     with session_scope(settings) as session:
         video = states.at_step(session, video_id, S.evaluating, attempt)
         if video is None or not states.steps_may_run(session, video_id):
             raise Ignore()
+        settings = settings.for_user(video.batch.user_name)
+        crew = agents.backend(settings)
         row = states.attempt_row(session, video_id, attempt)
         quality = blocks.read(settings, "quality_standards")
         verdict = crew.cameraman.review(

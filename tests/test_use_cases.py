@@ -170,6 +170,27 @@ def test_ab_testing_with_preference_capture(clean, workers):
     assert approach_b in attempts_of(clean, video.id)[0].prompt
 
 
+def test_an_ab_test_belongs_to_its_user_and_says_what_the_studio_expected(clean, workers):
+    result = run_cli("ab", "a heron at dawn", "--variations", "2", "--user", "alice")
+    assert result.exit_code == 0, result.output
+    batch_id = int(result.output.split()[1].rstrip(":"))
+    wait_batch(clean, batch_id)
+    alice = clean.for_user("alice")
+    test_id = int(blocks.read(alice, "ab_testing")["ACTIVE_TEST"])
+    assert blocks.read(clean, "ab_testing")["ACTIVE_TEST"] is None  # the default user's block is untouched
+    refused = run_cli("pick", str(test_id), "A", "--user", "bob")
+    assert refused.exit_code == 2 and "made for alice" in refused.output
+    ok = run_cli("pick", str(test_id), "A", "--user", "alice")
+    assert ok.exit_code == 0, ok.output
+    assert "the studio expected nothing" in ok.output  # alice has no taste yet: the studio default
+    with db.session_scope(clean) as s:
+        sel = s.scalars(sa.select(ABSelection)).one()
+        assert sel.user_name == "alice" and sel.chosen_scores and len(sel.rejected_scores) == 1
+        assert s.get(Batch, batch_id).user_name == "alice"
+    assert blocks.read(alice, "ab_testing")["USER_SELECTIONS"][-1]["label"] == "A"
+    assert blocks.read(clean, "ab_testing")["USER_SELECTIONS"] == []
+
+
 def test_cross_session_resume(clean, workers):
     nothing = run_cli("resume", "--yes")
     assert nothing.exit_code == 0 and "nothing to resume" in nothing.output

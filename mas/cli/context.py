@@ -9,8 +9,9 @@ from rich.console import Console
 
 from mas import db, services
 from mas.config import Settings
-from mas.errors import InvalidSettings
+from mas.errors import InvalidInput, InvalidSettings
 from mas.text import visible
+
 
 class StudioConsole(Console):
     """A console that prints text as text: no markup, no emoji codes, no highlighting, and every control
@@ -30,6 +31,21 @@ ID = click.IntRange(1, 2**31 - 1)
 
 LIMIT = click.IntRange(1, 100_000)
 """How many rows a listing shows."""
+
+
+def _as_user(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        try:
+            ctx.obj = ctx.obj.for_user(value)
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+USER = click.option(
+    "--user", metavar="NAME", default=None, expose_value=False, callback=_as_user,
+    help="Whose taste: their style, A/B picks and preference models (default: MAS_USER, else 'default').",
+)
+"""`--user NAME` on the commands that read or teach a taste: the command's settings are that user's."""
 
 
 def load_settings() -> Settings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from mas.cli.context import ID, console, ready
+from mas.cli.context import ID, USER, console, ready
 from mas.config import Settings
 
 
@@ -35,23 +35,22 @@ def grade(settings: Settings, video: int) -> None:
 
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Say what would be trained, train nothing.")
+@USER
 @click.pass_obj
 def tune(settings: Settings, dry_run: bool) -> None:
-    """Run the Tuner now: DPO on your A/B choices; the adapter is promoted only if it predicts better."""
+    """Run the Tuner now for one user (`--user`): their pairwise taste, and a DPO adapter when a base model
+    is configured; each is promoted only if the held-out picks do not say it is worse, and it says why."""
     from mas import remote
 
     ready(settings)
     report = remote.tune(settings, dry_run=dry_run)
-    console.print(report["reason"])
     console.print(
-        f"pairs: {report['pairs']} (train {report['train_pairs']}, held out {report['heldout_pairs']}, "
-        f"needed {report['needed_pairs']})"
+        f"{report['user']}: pairs {report['pairs']} (train {report['train_pairs']}, held out "
+        f"{report['heldout_pairs']}, needed {report['needed_pairs']})"
     )
-    if report["trained"]:
-        console.print(
-            f"adapter v{report['version']}: held-out accuracy {report['heldout_accuracy']:.1%} "
-            f"({'promoted' if report['promoted'] else 'not promoted'})"
-        )
+    if report["taste"]:
+        console.print(report["taste"]["reason"])
+    console.print(report["reason"])
 
 
 COMMANDS = [grade, tune]

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import click
 from rich.table import Table
 
-from mas.cli.context import ID, console, ready
+from mas.cli.context import ID, USER, console, ready
 from mas.cli.output import print_block
 from mas.cli.watching import follow_batch
 from mas.config import Settings
@@ -26,6 +26,7 @@ PRIORITY = click.option(
 @click.option("--wait", is_flag=True, help="Follow the batch until every video is done.")
 @click.option("--at", "at", default=None, metavar="HH:MM", help="Start at this local time (next occurrence).")
 @PRIORITY
+@USER
 @click.pass_obj
 def enqueue(settings: Settings, request: str, wait: bool, at: str | None, priority: str | None) -> None:
     """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
@@ -72,6 +73,7 @@ def _submit(settings: Settings, request: str, *, wait: bool, priority: str | Non
 @click.option("--episodes", type=click.IntRange(1, 100_000), default=3, show_default=True, help="Episodes to make now.")
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
 @PRIORITY
+@USER
 @click.pass_obj
 def series(settings: Settings, name: str, episodes: int, wait: bool, priority: str | None) -> None:
     """Make (or continue) a series: episodes keep its style and consistency rules across sessions."""
@@ -83,6 +85,7 @@ def series(settings: Settings, name: str, episodes: int, wait: bool, priority: s
 @click.option("--variations", type=click.IntRange(2, MAX_VARIATIONS), default=3, show_default=True)
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
 @PRIORITY
+@USER
 @click.pass_obj
 def ab(settings: Settings, concept: str, variations: int, wait: bool, priority: str | None) -> None:
     """Render variations of one concept; then choose the winner with `mas pick TEST LABEL`."""
@@ -92,19 +95,22 @@ def ab(settings: Settings, concept: str, variations: int, wait: bool, priority: 
 @click.command()
 @click.argument("test", type=ID)
 @click.argument("label")
+@USER
 @click.pass_obj
 def pick(settings: Settings, test: int, label: str) -> None:
     """Choose the winning variation of A/B test TEST (label A, B, ...)."""
-    from mas import preferences
+    from mas import preferences, queries
 
     ready(settings)
     value = preferences.pick(settings, test, label)
-    console.print(f"test {test}: {label.upper()} recorded as the winner")
+    console.print(f"test {test}: {label.upper()} recorded as the winner for {settings.user}")
+    console.print(queries.expectation(settings, test))
     print_block("ab_testing", value)
 
 
 @click.command()
 @click.argument("feedback")
+@USER
 @click.pass_obj
 def style(settings: Settings, feedback: str) -> None:
     """Teach the studio your taste, e.g. "I prefer dark moody aesthetics with purple and blue tones"."""

@@ -38,14 +38,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
-from mas.errors import InvalidSettings
+from mas.errors import InvalidInput, InvalidSettings
 from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
-from mas.gallery.control import batch_action, refuse_cross_site
+from mas.gallery.control import batch_action, pick_winner
 from mas.gallery.frames import strip_jpeg
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
 from mas.services import ServiceError
 from mas.states import TERMINAL
+from mas.taste_promotion import expectation_text
 from mas.video import VideoUnreadable
 
 FINAL = tuple(TERMINAL)
@@ -149,7 +150,14 @@ MAX_PATH_CHARS = 1024
 
 
 def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = None) -> Starlette:
-    """The gallery as an ASGI app; basic auth is enforced whenever credentials are set."""
+    """The gallery as an ASGI app; basic auth is enforced whenever credentials are set, and then the
+    signed-in user is whose taste the gallery shows and whose picks it records."""
+    login = credentials(settings)
+    if login is not None:
+        try:
+            settings = settings.for_user(login[0])
+        except InvalidInput as exc:
+            raise GalleryError(f"MAS_GALLERY_USER is also the studio user: {exc}") from None
     app = Starlette(
         routes=[
             Route("/", index),
@@ -163,7 +171,7 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/files/{path:path}", video_file),
             Route("/api/batches/{batch_id:id}", batch_progress),
         ],
-        middleware=[Middleware(_Gate, login=credentials(settings), hosts=allowed_hosts)],
+        middleware=[Middleware(_Gate, login=login, hosts=allowed_hosts)],
         exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},
     )
     app.state.settings = settings
@@ -306,26 +314,11 @@ def ab_page(request: Request) -> Response:
         progress = _progress(session, [batch])[0] if batch else None
     cards = [(v, _video_view(settings, videos[v.video_id]) if v.video_id in videos else None) for v in variations]
     rendering = any(card is None or card.video.state not in FINAL for _, card in cards)
+    expectation = expectation_text(expected=test.expected_label, probability=test.expected_probability,
+                                   by=test.expected_by, winner=test.winner_label)
     return templates.TemplateResponse(request, "ab.html", {
-        "test": test, "cards": cards, "progress": progress, "rendering": rendering,
+        "test": test, "cards": cards, "progress": progress, "rendering": rendering, "expectation": expectation,
     })
-
-
-def pick_winner(request: Request) -> Response:
-    """Record the winner exactly as `mas pick` does, then show the test (post/redirect/get)."""
-    # imported here, as `mas.cli` does: it loads the Celery app, which reads its settings on import
-    from mas.preferences import PreferenceError, pick
-
-    settings, test_id = _settings(request), request.path_params["test_id"]
-    refuse_cross_site(request, "a pick")
-    with session_scope(settings) as session:
-        if _get(session, ABTest, test_id) is None:
-            raise HTTPException(404, f"there is no A/B test {test_id}; nothing changed")
-    try:
-        pick(settings, test_id, request.path_params["label"])
-    except PreferenceError as exc:
-        raise HTTPException(409, str(exc)) from None
-    return RedirectResponse(f"/ab/{test_id}", status_code=303)
 
 
 def memory_page(request: Request) -> Response:

@@ -1,5 +1,5 @@
-"""The gallery's buttons that change work: cancel, pause or continue a batch, exactly as `mas cancel`,
-`mas pause` and `mas continue` do."""
+"""The gallery's buttons that change work or teach taste: cancel, pause or continue a batch, and pick an A/B
+winner, exactly as `mas cancel`, `mas pause`, `mas continue` and `mas pick` do."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from urllib.parse import urlsplit
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
+
+from mas.db import session_scope
+from mas.models import ABTest
 
 
 def refuse_cross_site(request: Request, what: str) -> None:
@@ -33,3 +36,20 @@ def batch_action(request: Request) -> Response:
     except control.NotChangeable as exc:
         raise HTTPException(409, str(exc)) from None
     return RedirectResponse(f"/batches/{batch_id}", status_code=303)
+
+
+def pick_winner(request: Request) -> Response:
+    """Record the winner exactly as `mas pick` does, then show the test (post/redirect/get)."""
+    # imported here, as `mas.cli` does: it loads the Celery app, which reads its settings on import
+    from mas.preferences import PreferenceError, pick
+
+    settings, test_id = request.app.state.settings, request.path_params["test_id"]
+    refuse_cross_site(request, "a pick")
+    with session_scope(settings) as session:
+        if session.get(ABTest, test_id) is None:
+            raise HTTPException(404, f"there is no A/B test {test_id}; nothing changed")
+    try:
+        pick(settings, test_id, request.path_params["label"])
+    except PreferenceError as exc:
+        raise HTTPException(409, str(exc)) from None
+    return RedirectResponse(f"/ab/{test_id}", status_code=303)

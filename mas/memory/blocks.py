@@ -1,6 +1,7 @@
-"""Core memory: the six shared blocks of the seed's Appendix B, typed, versioned and capped.
+"""Core memory: the six blocks of the seed's Appendix B, typed, versioned and capped.
 
-Every agent reads the same row, so a write is seen by every reader at once. A write locks the row
+Every agent reads the same row, so a write is seen by every reader at once. The blocks that hold a user's
+taste (`PER_USER`) have one row per user (`settings.user`); the others are the studio's, shared. A write locks the row
 (SELECT ... FOR UPDATE), validates the whole new value against the block's schema, refuses it if the
 serialized block would exceed the size cap (never truncates), bumps the version, stamps each changed
 field and records the change (who, when, old, new). Two writers therefore never lose each other's update.
@@ -23,7 +24,7 @@ from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
 from mas.text import check_storable
-from mas.models import MemoryBlock, MemoryBlockChange
+from mas.models import DEFAULT_USER, MemoryBlock, MemoryBlockChange
 
 Grade = Literal["A", "B", "C", "D", "F"]
 
@@ -141,8 +142,22 @@ SCHEMAS: dict[str, type[_Block]] = {
 }
 
 
+PER_USER = ("user_style", "ab_testing")
+"""Blocks that hold one user's taste (style, A/B picks): one row per user, so one user's picks never move
+another's. A user with no row yet starts from the defaults, the studio's default taste."""
+
+
 class BlockError(InvalidInput):
     """An update a block refuses: unknown label or field, wrong type, or over the size cap."""
+
+
+def row_label(settings: Settings, label: str) -> str:
+    """The row that holds `label` for `settings.user`: `label` itself, or `label@user` for a per-user block of
+    a named user (the default user keeps the plain rows, which a studio had before users existed)."""
+    _schema(label)
+    if label in PER_USER and settings.user != DEFAULT_USER:
+        return f"{label}@{settings.user}"
+    return label
 
 
 def _schema(label: str) -> type[_Block]:
@@ -163,7 +178,8 @@ def defaults(label: str, settings: Settings) -> dict[str, Any]:
 def _ensure_rows(session, settings: Settings) -> None:
     stamp = now_iso()
     rows = [
-        {"label": label, "value": defaults(label, settings), "field_updated_at": {f: stamp for f in SCHEMAS[label].model_fields}, "version": 1}
+        {"label": row_label(settings, label), "value": defaults(label, settings),
+         "field_updated_at": {f: stamp for f in SCHEMAS[label].model_fields}, "version": 1}
         for label in SCHEMAS
     ]
     session.execute(pg_insert(MemoryBlock).values(rows).on_conflict_do_nothing(index_elements=["label"]))
@@ -171,28 +187,29 @@ def _ensure_rows(session, settings: Settings) -> None:
 
 def read(settings: Settings, label: str) -> dict[str, Any]:
     """The current value of one block (created with its defaults on first use)."""
-    _schema(label)
+    row_key = row_label(settings, label)
     with session_scope(settings) as session:
-        row = session.get(MemoryBlock, label)
+        row = session.get(MemoryBlock, row_key)
         if row is None:
             _ensure_rows(session, settings)
-            row = session.get(MemoryBlock, label)
+            row = session.get(MemoryBlock, row_key)
         return dict(row.value)
 
 
 def read_all(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Every block as `settings.user` sees it (their own per-user blocks, the shared rest), by label."""
+    keys = {row_label(settings, label): label for label in SCHEMAS}
     with session_scope(settings) as session:
         _ensure_rows(session, settings)
-        rows = session.scalars(sa.select(MemoryBlock)).all()
-        return {row.label: dict(row.value) for row in sorted(rows, key=lambda r: list(SCHEMAS).index(r.label))}
+        rows = {row.label: row for row in session.scalars(sa.select(MemoryBlock).where(MemoryBlock.label.in_(keys)))}
+        return {label: dict(rows[key].value) for key, label in keys.items()}
 
 
 def versioned(settings: Settings, label: str) -> MemoryBlock:
     """The block row itself: value, version and per-field change times."""
-    _schema(label)
     read(settings, label)
     with session_scope(settings) as session:
-        return session.get(MemoryBlock, label)
+        return session.get(MemoryBlock, row_label(settings, label))
 
 
 Change = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
@@ -237,10 +254,12 @@ def update(
         with session_scope(settings) as own:
             return update(settings, label, change, actor=actor, session=own)
     schema = _schema(label)
-    row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one_or_none()
+    row_key = row_label(settings, label)
+    locked = sa.select(MemoryBlock).where(MemoryBlock.label == row_key).with_for_update()
+    row = session.execute(locked).scalar_one_or_none()
     if row is None:
         _ensure_rows(session, settings)
-        row = session.execute(sa.select(MemoryBlock).where(MemoryBlock.label == label).with_for_update()).scalar_one()
+        row = session.execute(locked).scalar_one()
     current = dict(row.value)
     new = apply_change(settings, label, current, change)
     changed = [f for f in schema.model_fields if new[f] != current.get(f)]
@@ -252,7 +271,7 @@ def update(
     row.field_updated_at = {**row.field_updated_at, **{f: stamp for f in changed}}
     row.updated_at = sa.func.now()
     session.add_all(
-        MemoryBlockChange(label=label, version=row.version, field=f, old=current.get(f), new=new[f], actor=actor)
+        MemoryBlockChange(label=row_key, version=row.version, field=f, old=current.get(f), new=new[f], actor=actor)
         for f in changed
     )
     return new
@@ -269,11 +288,11 @@ def set_field(settings: Settings, label: str, field: str, raw: str, *, actor: st
 
 def history(settings: Settings, label: str, *, limit: int = 50) -> list[MemoryBlockChange]:
     """The most recent changes of a block, newest first."""
-    _schema(label)
+    row_key = row_label(settings, label)
     with session_scope(settings) as session:
         stmt = (
             sa.select(MemoryBlockChange)
-            .where(MemoryBlockChange.label == label)
+            .where(MemoryBlockChange.label == row_key)
             .order_by(MemoryBlockChange.id.desc())
             .limit(limit)
         )

@@ -1,0 +1,106 @@
+"""The taste per user (`mas.taste`, `mas.taste_promotion`) on real PostgreSQL and the shipped MiniLM
+embedder: it learns from picks, keeps users apart, refuses a worse version, and says why."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mas.db import session_scope
+from mas.memory import blocks
+from mas.models import ABSelection, ABTest
+from mas.taste import Option
+from mas.taste_promotion import expect, served, tune_taste
+
+COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")
+CONCEPTS = ("a dragon", "a lighthouse", "a glacier", "a night market", "a comet", "a golem")
+
+
+def _pick_rows(settings, *, favourite: str, count: int, seed: int, flip=lambda position: False) -> None:
+    """`count` A/B picks by `settings.user`, who picks the variation in `favourite` colours, stored as `mas
+    pick` stores them; `flip(position)` makes that pick the other way round."""
+    rng = random.Random(seed)
+    with session_scope(settings) as session:
+        already = session.query(ABSelection).filter(ABSelection.user_name == settings.user).count()
+        for i in range(count):
+            concept = rng.choice(CONCEPTS)
+            other = rng.choice([c for c in COLOURS if c != favourite])
+            liked, disliked = f"{concept}, {favourite} palette", f"{concept}, {other} palette"
+            if flip(already + i):
+                liked, disliked = disliked, liked
+            test = ABTest(concept=concept, status="closed", winner_label="A", user_name=settings.user)
+            session.add(test)
+            session.flush()
+            session.add(ABSelection(test_id=test.id, chosen_label="A", chosen_prompt=liked, rejected_prompts=[disliked],
+                                    concept=concept, user_name=settings.user))
+
+
+def _p_purple(settings) -> float:
+    options = {"A": Option(prompt="a hydra, purple palette"), "B": Option(prompt="a hydra, orange palette")}
+    current = served(settings)
+    return current.taste.choice_probabilities(list(options.values()), settings=settings)[0]
+
+
+def test_each_user_learns_their_own_taste_and_one_never_moves_the_other(clean):
+    from mas import preferences  # loads the Celery app: not at collection
+
+    alice, bob = clean.for_user("alice"), clean.for_user("bob")
+    _pick_rows(alice, favourite="purple", count=24, seed=1)
+    report = tune_taste(alice)
+    assert report.trained and report.promoted, report.reason
+    assert report.heldout_pairs == 6 and "promoted" in report.reason
+    learned = _p_purple(alice)
+    assert learned > 0.7  # a probability a person can read: purple over orange, on a concept never picked
+    assert expect(alice, {"A": Option(prompt="a hydra, orange palette"), "B": Option(prompt="a hydra, purple palette")}).label == "B"
+    assert served(bob).version is None and _p_purple(bob) == 0.5  # bob starts from the studio default
+
+    _pick_rows(bob, favourite="orange", count=24, seed=2)
+    assert tune_taste(bob).promoted
+    assert _p_purple(bob) < 0.3
+    assert served(alice).version == 1 and _p_purple(alice) == pytest.approx(learned)  # alice unchanged
+
+    # the taste blocks are per user too; the studio's blocks stay shared
+    preferences.learn_style(alice, "I prefer dark moody aesthetics with purple and blue tones")
+    assert "purple" in blocks.read(alice, "user_style")["COLOR_PREFERENCES"]
+    assert blocks.read(bob, "user_style")["COLOR_PREFERENCES"] == ""
+    assert blocks.read(clean, "user_style")["COLOR_PREFERENCES"] == ""
+    blocks.set_field(alice, "quality_standards", "MAX_RETRIES", "5")
+    assert blocks.read(bob, "quality_standards")["MAX_RETRIES"] == 5
+
+
+def test_promotion_refuses_a_version_that_is_worse_on_held_out_picks(clean):
+    carol = clean.for_user("carol")
+    _pick_rows(carol, favourite="purple", count=24, seed=3)
+    assert tune_taste(carol).promoted
+    before = _p_purple(carol)
+    # then her training picks turn the other way, while the held-out ones (every 4th) do not: the new
+    # version learns the reverse and the held-out picks say it is worse
+    _pick_rows(carol, favourite="purple", count=48, seed=4, flip=lambda position: position % 4 != 3)
+    report = tune_taste(carol)
+    assert report.trained and not report.promoted, report.reason
+    assert report.heldout_accuracy < report.current_accuracy
+    assert "kept on file, not promoted" in report.reason and "taste v1" in report.reason
+    assert served(carol).version == 1 and _p_purple(carol) == pytest.approx(before)
+
+
+def test_a_user_with_no_picks_gets_the_default_and_a_clear_message(clean):
+    from gpu.tuner import tune
+
+    dave = clean.for_user("dave")
+    _pick_rows(clean.for_user("erin"), favourite="gold", count=12, seed=5)  # someone else's picks do not count
+    report = tune(dave)
+    assert not report.trained and report.taste is None and report.pairs == 0
+    assert "dave: 0 preference pairs" in report.reason and "studio default serves this user" in report.reason
+    assert served(dave).version is None
+    assert expect(dave, {"A": Option(prompt="x"), "B": Option(prompt="y")}).label is None
+
+
+def test_a_user_name_that_cannot_name_rows_is_refused(clean):
+    from click.testing import CliRunner
+
+    from mas.cli.root import main
+
+    result = CliRunner().invoke(main, ["style", "--user", "no spaces please", "I like purple"])
+    assert result.exit_code == 2 and "user name" in result.output
+    assert blocks.read(clean, "user_style")["COLOR_PREFERENCES"] == ""
