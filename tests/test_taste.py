@@ -104,3 +104,16 @@ def test_a_user_name_that_cannot_name_rows_is_refused(clean):
     result = CliRunner().invoke(main, ["style", "--user", "no spaces please", "I like purple"])
     assert result.exit_code == 2 and "user name" in result.output
     assert blocks.read(clean, "user_style")["COLOR_PREFERENCES"] == ""
+
+
+def test_style_and_memory_commands_read_and_teach_the_named_user(clean):
+    from click.testing import CliRunner
+
+    from mas.cli.root import main
+
+    runner = CliRunner()
+    taught = runner.invoke(main, ["style", "--user", "alice", "I prefer dark moody aesthetics with purple tones"])
+    assert taught.exit_code == 0, taught.output
+    alice = runner.invoke(main, ["memory", "show", "user_style", "--user", "alice"])
+    studio = runner.invoke(main, ["memory", "show", "user_style"])
+    assert "purple" in alice.output and "purple" not in studio.output

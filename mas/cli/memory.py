@@ -7,7 +7,7 @@ import json
 import click
 from rich.table import Table
 
-from mas.cli.context import LIMIT, console, ready
+from mas.cli.context import LIMIT, USER, console, ready
 from mas.cli.output import print_block
 from mas.config import Settings
 from mas.memory import blocks, recall
@@ -21,6 +21,7 @@ def memory() -> None:
 
 @memory.command("show")
 @click.argument("label", required=False)
+@USER
 @click.pass_obj
 def memory_show(settings: Settings, label: str | None) -> None:
     """Show one core block, or all six."""
@@ -34,6 +35,7 @@ def memory_show(settings: Settings, label: str | None) -> None:
 @click.argument("label")
 @click.argument("field")
 @click.argument("value")
+@USER
 @click.pass_obj
 def memory_set(settings: Settings, label: str, field: str, value: str) -> None:
     """Set FIELD of block LABEL; VALUE is JSON (3, "text", ["a","b"], null) or plain text."""
@@ -44,6 +46,7 @@ def memory_set(settings: Settings, label: str, field: str, value: str) -> None:
 @memory.command("history")
 @click.argument("label")
 @click.option("--limit", type=LIMIT, default=30, show_default=True)
+@USER
 @click.pass_obj
 def memory_history(settings: Settings, label: str, limit: int) -> None:
     """Show who changed which field of a block, when, from what to what."""
