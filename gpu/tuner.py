@@ -291,6 +291,8 @@ def tune(settings: Settings, *, dry_run: bool = False, config: TunerConfig | Non
             "no preference axis in grading). Run more A/B tests and pick winners (`mas pick`), then tune "
             "again. Nothing was trained."
         )
+        if settings.preference_base_model_path is None:
+            reason += " DPO adapters also need MAS_PREFERENCE_BASE_MODEL_PATH (a local causal LM), which is not set."
         return TuneReport(taste=None, trained=False, promoted=False, reason=reason, **counts)
     base = preference_base(settings) if settings.preference_base_model_path is not None else None
     if dry_run:

@@ -279,14 +279,17 @@ def _pick(settings: Settings, chosen: str, rejected: str, n: int) -> None:
 
 
 def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
-    from mas import agents, taste
+    from mas import agents
+    from mas.taste import Option
+    from mas.taste_promotion import served, tune_taste
 
     neon, pastoral = "a neon-lit cyberpunk alley at night, rain", "a sunny meadow with sheep, soft pastoral light"
     _pick(clean, chosen="a neon city street at night, glowing signs", rejected="a quiet farm field at noon", n=4)
     _pick(clean, chosen="cyberpunk rooftops in neon rain", rejected="cows grazing on a green hillside", n=4)
-    learned = taste.current(clean)
-    assert learned is not None and learned.pairs == 8
-    assert learned.probability(neon, pastoral, settings=clean) > 0.6
+    report = tune_taste(clean)
+    assert report.promoted and report.train_pairs == 6, report.reason
+    learned = served(clean).taste
+    assert learned.choice_probabilities([Option(prompt=neon), Option(prompt=pastoral)], settings=clean)[0] > 0.6
     reply = json.dumps({"candidates": [{"prompt": pastoral}, {"prompt": neon}]})
     with FaultyLLM([reply]) as llm:
         settings = _llm_settings(clean, llm.url, writer_candidates=2, llm_structured="json_schema")
