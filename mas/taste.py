@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import GroupKFold
 
 from mas.config import Settings
 from mas.grading import BENCHMARK_METRICS, MULTI_AXES
@@ -139,6 +137,8 @@ def pair_differences(picks: Sequence[Pick], *, settings: Settings) -> np.ndarray
 
 def fit(picks: Sequence[Pick], *, settings: Settings) -> PairwiseTaste:
     """The taste that best explains `picks`: regularisation by cross-validation over picks, then calibrated."""
+    from sklearn.model_selection import GroupKFold  # only a tune fits; reading a taste must not load sklearn (1 s)
+
     if not picks:
         return PairwiseTaste.default()
     diffs = pair_differences(picks, settings=settings)
@@ -164,6 +164,8 @@ def fit(picks: Sequence[Pick], *, settings: Settings) -> PairwiseTaste:
 def _weights(diffs: np.ndarray, regularisation: float) -> np.ndarray:
     """Logistic regression on the differences, with no intercept: a pair read both ways is the same pick, so
     each difference is shown as a win (x_a - x_b) and as a loss (x_b - x_a)."""
+    from sklearn.linear_model import LogisticRegression
+
     x = np.vstack([diffs, -diffs])
     y = np.r_[np.ones(len(diffs)), np.zeros(len(diffs))]
     model = LogisticRegression(C=regularisation, fit_intercept=False, max_iter=1000)
