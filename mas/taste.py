@@ -1,9 +1,11 @@
 """A user's taste: the probability that they pick each of several variations, learned from their A/B picks.
 
 A pairwise (Bradley-Terry) model. Each option is described by features the studio already has: the shipped
-all-MiniLM-L6-v2 embedding of its prompt, and the per-axis scores of its video when it has been graded (the
-`preference` axis, the promoted DPO adapter's implicit reward, enters as its log-odds: see the README on how
-the two are combined). The user picks option i among k with probability softmax(w . x_i), so one pick of
+all-MiniLM-L6-v2 embeddings of its prompt's phrases, and the per-axis scores of its video when it has been
+graded (the `preference` axis, the promoted DPO adapter's implicit reward, enters as its log-odds: see the
+README on how the two are combined). A video prompt is a list of comma-separated phrases ("a dragon, aerial
+drone sweep, teal palette, ..."); each phrase is embedded alone and the embeddings are summed, so a phrase
+weighs the same whatever surrounds it and a phrase shared by every variation (the concept) cancels out. The user picks option i among k with probability softmax(w . x_i), so one pick of
 one among k gives k - 1 pairs, P(a beats b) = sigmoid(w . (x_a - x_b)). `w` is fitted by L2-regularised
 logistic regression (scikit-learn) on those differences, the regularisation chosen by cross-validation over
 picks, and the log-odds scaled by one temperature fitted on the cross-validated predictions (Platt scaling
@@ -30,7 +32,12 @@ SCORE_FEATURES = ("semantic", "spatial", "benchmark", "multi_axis", *BENCHMARK_M
 PREFERENCE_FEATURE = "preference"
 """The DPO axis: sigmoid of the adapter's reward, used as its log-odds (the reward itself)."""
 
-FEATURES = (*[f"embedding[{i}]" for i in range(EMBEDDING_DIM)], *SCORE_FEATURES, PREFERENCE_FEATURE)
+SCORE_SCALE = 10.0
+"""Centred scores are multiplied by this: there are few of them and each sums up a whole axis of the video,
+so the L2 penalty, sized for 384 embedding dimensions, must not shrink them away (the learning benchmark
+measured 3, 10 and 30 within a point of each other; 1 cost two)."""
+
+FEATURES = (*[f"phrases[{i}]" for i in range(EMBEDDING_DIM)], *SCORE_FEATURES, PREFERENCE_FEATURE)
 
 REGULARISATION_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 """Inverse L2 strengths tried by cross-validation: with few picks a strong one wins and the model stays
@@ -97,7 +104,7 @@ class PairwiseTaste:
 
     @classmethod
     def from_json(cls, data: Mapping) -> "PairwiseTaste":
-        if list(data["features"]) != list(FEATURES):
+        if list(data.get("features") or ()) != list(FEATURES):
             return cls.default()  # fitted on other features: a refit is needed, the default serves meanwhile
         return cls(weights=np.asarray(data["weights"], dtype=np.float64), pairs=int(data["pairs"]),
                    regularisation=data["regularisation"], temperature=float(data["temperature"]))
@@ -105,7 +112,7 @@ class PairwiseTaste:
 
 def score_features(scores: Mapping[str, float]) -> list[float]:
     """The per-axis part of an option's features: centred scores, and the DPO reward as log-odds."""
-    values = [float(scores[name]) - 0.5 if name in scores else 0.0 for name in SCORE_FEATURES]
+    values = [SCORE_SCALE * (float(scores[name]) - 0.5) if name in scores else 0.0 for name in SCORE_FEATURES]
     preference = scores.get(PREFERENCE_FEATURE)
     if preference is None:
         values.append(0.0)
@@ -115,12 +122,21 @@ def score_features(scores: Mapping[str, float]) -> list[float]:
     return values
 
 
+def phrases(prompt: str) -> list[str]:
+    """The comma-separated phrases of a prompt (the whole prompt when it has no comma)."""
+    parts = [part.strip() for part in prompt.split(",")]
+    return [part for part in parts if part] or [prompt.strip() or prompt]
+
+
 def features(options: Sequence[Option], *, settings: Settings) -> np.ndarray:
-    """One row per option: the prompt's embedding, then its score features."""
+    """One row per option: the sum of its phrases' embeddings, then its score features."""
     if not options:
         return np.zeros((0, len(FEATURES)))
-    embedded = np.asarray(get_embedder(settings).embed([o.prompt for o in options]), dtype=np.float64)
-    return np.hstack([embedded, np.asarray([score_features(o.scores) for o in options], dtype=np.float64)])
+    split = [phrases(o.prompt) for o in options]
+    distinct = sorted({phrase for parts in split for phrase in parts})
+    vectors = dict(zip(distinct, np.asarray(get_embedder(settings).embed(distinct), dtype=np.float64)))
+    summed = np.asarray([np.sum([vectors[phrase] for phrase in parts], axis=0) for parts in split])
+    return np.hstack([summed, np.asarray([score_features(o.scores) for o in options], dtype=np.float64)])
 
 
 def pair_differences(picks: Sequence[Pick], *, settings: Settings) -> np.ndarray:
