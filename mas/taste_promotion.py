@@ -97,11 +97,10 @@ def served(settings: Settings) -> Served:
             .where(TasteModel.user_name == settings.user, TasteModel.promoted.is_(True))
             .order_by(TasteModel.version.desc()).limit(1)
         ).first()
-        if row is None:
-            return Served(taste=PairwiseTaste.default(), version=None, judged=PairwiseTaste.default())
-        # a version stored on other features reads as the default until the next tune refits it
-        return Served(taste=PairwiseTaste.from_json(row.model.get("served", {})), version=row.version,
-                      judged=PairwiseTaste.from_json(row.model.get("judged", {})))
+        taste = PairwiseTaste.from_json(row.model.get("served", {})) if row is not None else PairwiseTaste.default()
+        if taste.is_default:  # none yet, or stored on other features: the default serves until a tune refits it
+            return Served(taste=taste, version=None, judged=taste)
+        return Served(taste=taste, version=row.version, judged=PairwiseTaste.from_json(row.model.get("judged", {})))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -117,3 +117,18 @@ def test_style_and_memory_commands_read_and_teach_the_named_user(clean):
     alice = runner.invoke(main, ["memory", "show", "user_style", "--user", "alice"])
     studio = runner.invoke(main, ["memory", "show", "user_style"])
     assert "purple" in alice.output and "purple" not in studio.output
+
+
+def test_a_version_stored_on_other_features_serves_as_the_default_until_refitted(clean):
+    from mas.models import TasteModel
+
+    frank = clean.for_user("frank")
+    with session_scope(frank) as session:
+        session.add(TasteModel(user_name="frank", version=1, pairs_used=8, heldout_pairs=2, heldout_accuracy=1.0,
+                               promoted=True, reason="an older release", model={"features": ["embedding[0]"],
+                               "weights": [1.0], "pairs": 8, "regularisation": 1.0, "temperature": 1.0}))
+    assert served(frank).version is None
+    assert expect(frank, {"A": Option(prompt="x"), "B": Option(prompt="y")}).label is None
+    _pick_rows(frank, favourite="purple", count=24, seed=6)
+    report = tune_taste(frank)
+    assert report.promoted and "studio default" in report.reason and served(frank).version == 2
