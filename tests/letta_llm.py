@@ -136,9 +136,9 @@ class StandInLLM:
             return 200, self._completion(content=f"Summary (stand-in): {len(messages) - 1} messages reviewed.")
         if "memory_finish_edits" in tools:
             return 200, self._sleeptime(messages, system, tools)
-        return 200, self._primary(messages, tools)
+        return 200, self._primary(messages, system, tools)
 
-    def _primary(self, messages: list[dict], tools: list[str]) -> dict[str, Any]:
+    def _primary(self, messages: list[dict], system: str, tools: list[str]) -> dict[str, Any]:
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
         parsed = parse_task(_text(last_user.get("content"))) if last_user else None
         if parsed is None:
@@ -149,7 +149,8 @@ class StandInLLM:
             with self._lock:
                 garbage = self.garbage_replies > 0
                 self.garbage_replies -= garbage
-            self._record(kind="role", task=task, garbage=garbage)
+            # the user_style block the agent's core memory showed it: whose taste the call saw
+            self._record(kind="role", task=task, garbage=garbage, user_style=_block_value(system, "user_style"))
             reply = GARBAGE if garbage else json.dumps(answer_task(task, payload))
         if "send_message" in tools:
             return self._completion(tool=("send_message", {"message": reply}))

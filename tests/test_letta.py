@@ -777,3 +777,48 @@ def test_an_agent_that_keeps_answering_garbage_fails_its_batch_with_the_reason(l
             assert llm.count("role", task="plan") == plans and studio.videos(batch_id) == []
     finally:
         llm.garbage_replies = 0
+
+
+# --- one crew per user ---------------------------------------------------------------------------------
+
+
+def test_each_user_has_their_own_agents_and_taste_blocks_and_shares_the_studios(letta_settings, letta_server, api, provisioned):
+    """A named user's calls go to their own agents, whose core memory shows that user's taste blocks and the
+    studio's shared ones; the default crew and every other user's are untouched, and maintenance walks all."""
+    from mas.memory.blocks import PER_USER
+
+    alice, bob = letta_settings.for_user("alice"), letta_settings.for_user("bob")
+    studio_blocks.update(alice, "user_style", {"COLOR_PREFERENCES": "deep purple"}, actor="user")
+    studio_blocks.update(bob, "user_style", {"COLOR_PREFERENCES": "burnt orange"}, actor="user")
+    llm = letta_server.llm
+    seen = {}
+    for name, user in (("alice", alice), ("bob", bob)):
+        before = len(llm.find("role", task="review"))
+        backend.letta_agents(user).cameraman.review(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3)
+        seen[name] = json.loads(llm.find("role", task="review")[before]["user_style"])["COLOR_PREFERENCES"]
+    assert seen == {"alice": "deep purple", "bob": "burnt orange"}  # what each one's cameraman was shown
+
+    studio = backend.find(letta_settings)  # the default user's crew, as earlier tests left it
+    crews = {"alice": backend.find(alice), "bob": backend.find(bob)}
+    for name, crew in crews.items():
+        for role, ids in crew.agents.items():
+            agent = api.agents.retrieve(ids.id, include=["agent.blocks", "agent.tags"])
+            assert agent.name == f"{role}-{name}" and f"mas:user:{name}" in (agent.tags or [])
+            assert ids.id != studio.agents[role].id
+            assert {b.label: b.id for b in agent.blocks if b.label in SCHEMAS} == crew.blocks
+        for label in SCHEMAS:
+            shared = crew.blocks[label] == studio.blocks[label]
+            assert shared == (label not in PER_USER), label
+    assert crews["alice"].blocks["user_style"] != crews["bob"].blocks["user_style"]
+    assert backend.LettaBlockStore(alice).read("user_style")["COLOR_PREFERENCES"] == "deep purple"
+    assert backend.LettaBlockStore(bob).read("user_style")["COLOR_PREFERENCES"] == "burnt orange"
+
+    # the default crew still finds its own blocks (not a user's), and provisioning it again makes nothing
+    again = backend.provision(letta_settings)
+    assert again.created == [] and again.blocks == studio.blocks
+    assert backend.LettaBlockStore(letta_settings).read("user_style")["COLOR_PREFERENCES"] not in seen.values()
+    assert backend.provision(alice).created == []
+
+    primaries, companions = maint.targets(api)
+    assert {f"{r}{u}" for r in backend.ROLES for u in ("", "@alice", "@bob")} <= set(primaries)
+    assert "director@alice_sleeptime" in companions and "director_sleeptime" in companions

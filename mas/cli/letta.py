@@ -6,19 +6,21 @@ import click
 from rich.table import Table
 
 from mas.agents import letta as backend
-from mas.cli.context import console, ready
+from mas.cli.context import USER, console, ready
 from mas.config import Settings
 
 
 @click.group(name="letta")
 def letta_group() -> None:
-    """The Letta agent backend (MAS_AGENT_BACKEND=letta): its agents and shared blocks on the server."""
+    """The Letta agent backend (MAS_AGENT_BACKEND=letta): each user's agents and blocks on the server."""
 
 
 @letta_group.command("provision")
+@USER
 @click.pass_obj
 def letta_provision(settings: Settings) -> None:
-    """Create the agents and the six shared blocks on the Letta server, or repair them; safe to repeat."""
+    """Create the user's agents and their six blocks on the Letta server, or repair them; safe to repeat.
+    A user's crew is also made on their first role call."""
     ready(settings)
     result = backend.provision(settings)
     for line in result.created:
@@ -34,9 +36,11 @@ def letta_provision(settings: Settings) -> None:
 
 
 @letta_group.command("status")
+@USER
 @click.pass_obj
 def letta_status(settings: Settings) -> None:
-    """Server health, block ids, and per agent: in-context messages, sleeptime frequency and companions."""
+    """Server health, the user's block ids, and per agent of their crew: in-context messages, sleeptime
+    frequency and companions."""
     state = backend.status(settings)
     if not state.healthy:
         raise click.ClickException(f"Letta at {state.url} is not reachable or not healthy: {state.error}")

@@ -84,7 +84,8 @@ class LettaBlockStore:
     def _exclusive(self, label: str):
         if not self.lock or label not in SCHEMAS:
             return nullcontext()
-        return locks.held(db.ready_engine(self.settings), names.block_lock(label), timeout_s=BLOCK_LOCK_TIMEOUT_S)
+        row = studio_blocks.row_label(self.settings, label)  # a user's taste block is theirs: so is its lock
+        return locks.held(db.ready_engine(self.settings), names.block_lock(row), timeout_s=BLOCK_LOCK_TIMEOUT_S)
 
     def _on_block(self, label: str, action: Callable[[str], Any]) -> Any:
         """Run `action(block_id)`; a block deleted on the server is looked up (or provisioned) again once."""

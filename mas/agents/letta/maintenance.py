@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaError, LettaUnavailable
 from mas.agents.serial import agent_turn
-from mas.agents.letta.server import ROLES, find_agent, in_context, sleeptime_group
+from mas.agents.letta.server import ROLES, in_context, role_agents, sleeptime_group
 from mas.agents.letta.status import health
 from mas.config import Settings
 from mas.locks import LockTimeout
@@ -34,21 +34,21 @@ FAILED_COMPACTIONS_KEY = "mas_failed_compactions"
 """Agent metadata key where maintenance counts failed compactions (state kept on the server)."""
 
 
-def targets(settings: Settings, *, api=None) -> dict[str, str]:
-    """Every agent to maintain, by the names recall uses: director, ..., director_sleeptime, ... -> id."""
-    api = api or client(settings)
+def targets(api) -> tuple[dict[str, str], dict[str, str]]:
+    """Every agent to maintain, every user's crew: (primary agents, sleeptime companions), each by the name
+    recall uses -> id: director, director@alice, ..., and director_sleeptime, director@alice_sleeptime, ..."""
     found: dict[str, str] = {}
     companions: dict[str, str] = {}
     for role in ROLES:
-        agent = find_agent(api, role)
-        if agent is None:
+        agents = role_agents(api, role)
+        if not agents:
             log.warning("maintain: no Letta agent %s (run `mas letta provision`)", role)
-            continue
-        found[role] = agent.id
-        group = sleeptime_group(agent)
-        for n, sleeptime_id in enumerate(group.agent_ids if group else ()):
-            companions[f"{role}_sleeptime" + (f"_{n + 1}" if n else "")] = sleeptime_id
-    return found | companions
+        for name, agent in agents.items():
+            found[name] = agent.id
+            group = sleeptime_group(agent)
+            for n, sleeptime_id in enumerate(group.agent_ids if group else ()):
+                companions[f"{name}_sleeptime" + (f"_{n + 1}" if n else "")] = sleeptime_id
+    return found, companions
 
 
 def maintain(settings: Settings, *, api=None, lock: bool = True) -> list[Action]:
@@ -64,9 +64,10 @@ def maintain(settings: Settings, *, api=None, lock: bool = True) -> list[Action]
         log.error("maintain: Letta unavailable, nothing done: %s", state.detail)
         raise LettaUnavailable(f"Letta at {settings.letta_url} is unavailable: {state.detail}")
     actions = []
-    for name, agent_id in targets(settings, api=api).items():
+    primaries, companions = targets(api)
+    for name, agent_id in (primaries | companions).items():
         try:
-            with agent_turn(settings, name) if lock and name in ROLES else nullcontext():
+            with agent_turn(settings, name) if lock and name in primaries else nullcontext():
                 action = maintain_agent(settings, api, name, agent_id)
         except (LettaError, LockTimeout) as exc:  # one agent failing must not stop the others
             log.error("maintain %s: %s", name, exc)

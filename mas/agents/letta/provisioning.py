@@ -1,11 +1,14 @@
-"""Provisioning: the studio's six shared blocks and three sleeptime-enabled agents on the Letta server.
+"""Provisioning: a user's crew on the Letta server, its six core blocks and three sleeptime-enabled agents.
 
-What lives on the server, found by name and the tag `mas` (never by a stored id), created when missing:
+What lives on the server, found by name and the tag `mas` (never by a stored id; `mas.agents.letta.server`),
+created when missing:
 
 - six core blocks, one per label of `mas.memory.blocks.SCHEMAS`, each holding its value as JSON
-  (Appendix B defaults), shared: the same block ids are attached to every agent;
-- three agents, `director`, `writer` and `cameraman`, with sleeptime enabled: Letta gives each a
-  sleeptime companion (`<name>-sleeptime`) in a group that runs it every MAS_SLEEPTIME_FREQUENCY turns;
+  (Appendix B defaults): the studio's shared ones, the same block ids attached to every crew, and the
+  taste blocks (`PER_USER`), the user's own;
+- three agents, `director`, `writer` and `cameraman` (for a named user, tagged as theirs), with
+  sleeptime enabled: Letta gives each a sleeptime companion (`<name>-sleeptime`) in a group that runs it
+  every MAS_SLEEPTIME_FREQUENCY turns;
   the companions get `message_buffer_autoclear` (the seed system's finding: accumulated history made
   them ignore their instructions), and instructions to keep the JSON blocks valid.
 
@@ -27,8 +30,12 @@ from mas.agents.protocol import system_prompt
 from mas.agents.letta.server import (
     ROLES,
     TAG,
+    agent_name,
+    agent_tags,
+    block_tags,
     block_text,
     blocks_by_label,
+    letta_name,
     find_agent,
     set_sleeptime_frequency,
     sleeptime_group,
@@ -69,14 +76,14 @@ def _ids(role: str, agent) -> AgentIds:
 
 
 def find(settings: Settings, *, api=None) -> Provisioned | None:
-    """What is provisioned, found by name and tag; None if any block or agent is missing."""
+    """What is provisioned for `settings.user`, found by name and tag; None if any block or agent is missing."""
     api = api or client(settings)
-    blocks = blocks_by_label(api)
+    blocks = blocks_by_label(api, user=settings.user)
     if any(not found for found in blocks.values()):
         return None
     agents = {}
     for role in ROLES:
-        agent = find_agent(api, role)
+        agent = find_agent(api, role, user=settings.user)
         if agent is None or not sleeptime_group(agent):
             return None
         agents[role] = _ids(role, agent)
@@ -84,7 +91,8 @@ def find(settings: Settings, *, api=None) -> Provisioned | None:
 
 
 def provision(settings: Settings, *, api=None, lock: bool = True) -> Provisioned:
-    """Create what is missing and repair what drifted; the same result, and nothing new, when run again.
+    """Create what is missing of `settings.user`'s crew and repair what drifted; the same result, and
+    nothing new, when run again.
 
     `lock` serializes concurrent provisioning (say two workers starting at once) on an advisory lock in
     the studio's PostgreSQL; pass False where no studio database is reachable.
@@ -100,7 +108,7 @@ def _provision(settings: Settings, api) -> Provisioned:
     created: list[str] = []
     changed: list[str] = []
     blocks: dict[str, str] = {}
-    for label, found in blocks_by_label(api).items():
+    for label, found in blocks_by_label(api, user=settings.user).items():
         if found:
             if len(found) > 1:
                 log.warning("%d Letta blocks labelled %r carry tag %r; using %s", len(found), label, TAG, found[0].id)
@@ -109,7 +117,8 @@ def _provision(settings: Settings, api) -> Provisioned:
         with translated(f"creating block {label}"):
             block = api.blocks.create(
                 label=label, value=block_text(defaults(label, settings)), limit=settings.core_block_max_chars,
-                tags=[TAG], description=f"{label}: one JSON object (Appendix B schema); keep it valid JSON.",
+                tags=block_tags(label, settings.user),
+                description=f"{label}: one JSON object (Appendix B schema); keep it valid JSON.",
             )
         blocks[label] = block.id
         created.append(f"block {label}")
@@ -117,18 +126,19 @@ def _provision(settings: Settings, api) -> Provisioned:
 
     agents: dict[str, AgentIds] = {}
     for role in ROLES:
-        agent = find_agent(api, role)
+        name = agent_name(role, settings.user)
+        agent = find_agent(api, role, user=settings.user)
         fresh = agent is None
         if fresh:
-            with translated(f"creating agent {role}"):
+            with translated(f"creating agent {name}"):
                 agent = api.agents.create(
-                    name=role, model=settings.letta_model, embedding=settings.letta_embedding,
-                    system=system_prompt(role), block_ids=list(blocks.values()),
-                    tags=[TAG, f"{TAG}:{role}"], enable_sleeptime=True, description=f"mas {role}",
+                    name=letta_name(role, settings.user), model=settings.letta_model,
+                    embedding=settings.letta_embedding, system=system_prompt(role), block_ids=list(blocks.values()),
+                    tags=agent_tags(role, settings.user), enable_sleeptime=True, description=f"mas {name}",
                 )
-            created.append(f"agent {role}")
-            log.info("created Letta agent %s (%s)", role, agent.id)
-            agent = find_agent(api, role) or agent
+            created.append(f"agent {name}")
+            log.info("created Letta agent %s (%s)", name, agent.id)
+            agent = find_agent(api, role, user=settings.user) or agent
         # a new agent's companion is set up here too; that is part of creating it, not a repair
         agents[role] = _repair(settings, api, role, agent, blocks, [] if fresh else changed)
     return Provisioned(blocks=blocks, agents=agents, created=created, changed=changed)
@@ -136,31 +146,32 @@ def _provision(settings: Settings, api) -> Provisioned:
 
 def _repair(settings: Settings, api, role: str, agent, blocks: dict[str, str], changed: list[str]) -> AgentIds:
     """Bring one found agent to the wanted state; note each change."""
+    name = agent_name(role, settings.user)
     attached = {b.id for b in (agent.blocks or [])}
     for label, block_id in blocks.items():
         if block_id not in attached:
-            with translated(f"attaching block {label} to {role}"):
+            with translated(f"attaching block {label} to {name}"):
                 api.agents.blocks.attach(block_id, agent_id=agent.id)
-            changed.append(f"{role}: attached block {label}")
+            changed.append(f"{name}: attached block {label}")
     if not sleeptime_group(agent):
-        with translated(f"enabling sleeptime on {role}"):
+        with translated(f"enabling sleeptime on {name}"):
             api.agents.update(agent.id, enable_sleeptime=True)
-        changed.append(f"{role}: enabled sleeptime")
-        agent = find_agent(api, role)
+        changed.append(f"{name}: enabled sleeptime")
+        agent = find_agent(api, role, user=settings.user)
         if agent is None or not sleeptime_group(agent):
-            raise LettaRejected(f"enabling sleeptime on {role} made no sleeptime group")
+            raise LettaRejected(f"enabling sleeptime on {name} made no sleeptime group")
     group = sleeptime_group(agent)
     if group.sleeptime_agent_frequency != settings.sleeptime_frequency:
         set_sleeptime_frequency(api, group.id, settings.sleeptime_frequency)
-        changed.append(f"{role}: sleeptime frequency {group.sleeptime_agent_frequency} -> {settings.sleeptime_frequency}")
+        changed.append(f"{name}: sleeptime frequency {group.sleeptime_agent_frequency} -> {settings.sleeptime_frequency}")
     for sleeptime_id in group.agent_ids:
-        _repair_companion(api, role, sleeptime_id, blocks, changed)
+        _repair_companion(api, name, sleeptime_id, blocks, changed)
     return _ids(role, agent)
 
 
-def _repair_companion(api, role: str, sleeptime_id: str, blocks: dict[str, str], changed: list[str]) -> None:
+def _repair_companion(api, name: str, sleeptime_id: str, blocks: dict[str, str], changed: list[str]) -> None:
     """Autoclear on, every shared block attached, the studio's instructions in its persona."""
-    with translated(f"reading sleeptime agent of {role}"):
+    with translated(f"reading sleeptime agent of {name}"):
         companion = api.agents.retrieve(sleeptime_id, include=["agent.blocks"])
     if not companion.message_buffer_autoclear:
         with translated(f"enabling autoclear on {companion.name}"):
@@ -182,14 +193,14 @@ def _repair_companion(api, role: str, sleeptime_id: str, blocks: dict[str, str],
 # --- the crew a process talks to -----------------------------------------------------------------------
 
 
-@per_process(key=lambda settings: settings.letta_url)
+@per_process(key=lambda settings: (settings.letta_url, settings.user))
 def _known_crew(settings: Settings) -> Provisioned:
     api = client(settings)
     return find(settings, api=api) or provision(settings, api=api)
 
 
 def crew(settings: Settings, *, refresh: bool = False) -> Provisioned:
-    """The provisioned ids on this server, looked up once per process (provisioned if missing).
+    """`settings.user`'s provisioned ids on this server, looked up once per process (provisioned if missing).
 
     `refresh` looks them up again: for a caller that found an agent or block gone from the server.
     """

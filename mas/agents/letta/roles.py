@@ -2,7 +2,8 @@
 
 The roles are `mas.agents.asking`'s, as for every model-backed backend; here is the transport: a role
 call brings the server's core blocks up to date with the studio's, sends the question's message to the
-role's agent and validates the JSON object of its reply. Calls to one agent are serialized
+role's agent (the one of `settings.user`'s crew) and validates the JSON object of its reply. Calls to one
+agent are serialized
 (`mas.agents.serial`): Letta loses in-context messages when one agent gets two at once.
 """
 
@@ -21,6 +22,7 @@ from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaNotFound, LettaReplyError
 from mas.agents.letta.provisioning import crew
 from mas.agents.letta.replies import REPLY_EXCERPT_CHARS, reply_object
+from mas.agents.letta.server import agent_name
 from mas.agents.protocol import Question
 from mas.agents.replies import problem
 from mas.agents.roles import Agents
@@ -72,7 +74,7 @@ class RoleAgent:
         if not self.serialize:
             yield
             return
-        with agent_turn(self.settings, self.role):
+        with agent_turn(self.settings, agent_name(self.role, self.settings.user)):
             yield
 
 

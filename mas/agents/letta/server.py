@@ -2,6 +2,14 @@
 
 Shared by provisioning (which creates what is missing), status (which only looks) and maintenance (which
 walks every agent), so all three see the server the same way.
+
+Each user has a crew of their own: the agents `director`, ... of the default user, and for a named user
+agents tagged `mas:user:<name>` (named `director-<name>` for people, a `.` shown as `_`: Letta allows no
+`.` or `@` in a name), so each user's agents remember that user's productions. The studio calls them
+`director@<name>`, as it names their block rows (`mas.memory.blocks.row_label`). The blocks that hold a
+user's taste (`PER_USER`) are that user's: a named user's carry the tag `mas:user:<name>`, the default
+user's no user tag (as before users existed). The other blocks are the studio's, one of each, attached to
+every crew.
 """
 
 from __future__ import annotations
@@ -12,7 +20,8 @@ from typing import Any
 
 from mas.agents.letta.client import translated
 from mas.agents.letta.errors import LettaRejected, LettaUnavailable
-from mas.memory.blocks import SCHEMAS
+from mas.models import DEFAULT_USER
+from mas.memory.blocks import PER_USER, SCHEMAS
 
 log = logging.getLogger(__name__)
 
@@ -23,28 +32,81 @@ ROLES = ("director", "writer", "cameraman")
 """The Letta agents, by name. Each gets a sleeptime companion named `<name>-sleeptime`."""
 
 
-def blocks_by_label(api, labels=tuple(SCHEMAS)) -> dict[str, list]:
-    """The studio's blocks on the server for each label, oldest id first (empty: missing)."""
+USER_TAG_PREFIX = f"{TAG}:user:"
+"""A named user's own blocks carry `mas:user:<name>`."""
+
+
+def agent_name(role: str, user: str = DEFAULT_USER) -> str:
+    """What the studio calls `user`'s agent for `role` (its lock, maintenance's log): the role itself for
+    the default user, `role@user` otherwise."""
+    return role if user == DEFAULT_USER else f"{role}@{user}"
+
+
+def letta_name(role: str, user: str = DEFAULT_USER) -> str:
+    """The agent's name on the server, for people (the user tag, not the name, says whose it is)."""
+    return role if user == DEFAULT_USER else f"{role}-{user.replace('.', '_')}"
+
+
+def user_tags(user: str) -> list[str]:
+    """The owner's tag on a named user's agents and taste blocks (none for the default user)."""
+    return [] if user == DEFAULT_USER else [f"{USER_TAG_PREFIX}{user}"]
+
+
+def block_tags(label: str, user: str = DEFAULT_USER) -> list[str]:
+    """The tags a block for `label` carries: `mas`, and the owner's tag on a named user's taste block."""
+    return [TAG, *user_tags(user)] if label in PER_USER else [TAG]
+
+
+def agent_tags(role: str, user: str = DEFAULT_USER) -> list[str]:
+    """The tags an agent carries: `mas`, `mas:<role>`, and its owner's tag."""
+    return [TAG, f"{TAG}:{role}", *user_tags(user)]
+
+
+def _owner(thing) -> str:
+    """The user a block or agent on the server belongs to (the default user: no user tag)."""
+    return next((t[len(USER_TAG_PREFIX):] for t in (thing.tags or []) if t.startswith(USER_TAG_PREFIX)), DEFAULT_USER)
+
+
+def blocks_by_label(api, *, user: str = DEFAULT_USER, labels=tuple(SCHEMAS)) -> dict[str, list]:
+    """The blocks `user`'s agents carry, for each label, oldest id first (empty: missing): the user's own
+    taste blocks and the studio's shared ones."""
     found: dict[str, list] = {}
     for label in labels:
+        owner = user if label in PER_USER else DEFAULT_USER
         with translated(f"listing block {label}"):
-            matches = [b for b in api.blocks.list(label=label, tags=[TAG]) if b.label == label]
+            matches = [b for b in api.blocks.list(label=label, tags=[TAG]) if b.label == label and _owner(b) == owner]
         found[label] = sorted(matches, key=lambda b: b.id)
     return found
 
 
-def find_agent(api, role: str):
-    """The agent named `role` tagged `mas` (the oldest, if a race ever made two), with its relations."""
-    with translated(f"looking up agent {role}"):
+def find_agent(api, role: str, *, user: str = DEFAULT_USER):
+    """`user`'s agent for `role` (the oldest, if a race ever made two), with its relations."""
+    name = letta_name(role, user)
+    with translated(f"looking up agent {agent_name(role, user)}"):
         matches = [
             a for a in api.agents.list(
-                name=role, tags=[TAG], include=["agent.tags", "agent.managed_group", "agent.blocks"]
+                name=name, tags=[TAG, *user_tags(user)], match_all_tags=True,
+                include=["agent.tags", "agent.managed_group", "agent.blocks"],
             )
-            if a.name == role
+            if a.name == name and _owner(a) == user
         ]
     if len(matches) > 1:
-        log.warning("%d Letta agents named %r carry tag %r; using the oldest", len(matches), role, TAG)
+        log.warning("%d Letta agents named %r carry tag %r; using the oldest", len(matches), name, TAG)
     return min(matches, key=lambda a: (str(a.created_at or ""), a.id)) if matches else None
+
+
+def role_agents(api, role: str) -> dict[str, Any]:
+    """Every user's agent for `role` (tagged `mas:<role>`; not their sleeptime companions, whatever tags
+    Letta gives those), with its sleeptime group, by what the studio calls it (`agent_name`)."""
+    with translated(f"listing agents {role}"):
+        found = list(api.agents.list(tags=[TAG, f"{TAG}:{role}"], match_all_tags=True,
+                                     include=["agent.tags", "agent.managed_group"]))
+    companions = {i for a in found if (group := sleeptime_group(a)) for i in group.agent_ids}
+    agents: dict[str, Any] = {}
+    for agent in sorted(found, key=lambda a: (str(a.created_at or ""), a.id)):  # the oldest, as find_agent
+        if agent.id not in companions and agent.name == letta_name(role, _owner(agent)):
+            agents.setdefault(agent_name(role, _owner(agent)), agent)
+    return agents
 
 
 def sleeptime_group(agent) -> Any | None:

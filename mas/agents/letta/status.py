@@ -81,13 +81,14 @@ def status(settings: Settings, *, api=None) -> LettaStatus:
     state = health(settings, api=api)
     if not state.ok:
         return LettaStatus(url=url, healthy=False, version=state.version, blocks={}, agents=[], error=state.detail)
-    blocks = {label: (found[0].id if found else None) for label, found in blocks_by_label(api).items()}
+    blocks = {label: (found[0].id if found else None)
+              for label, found in blocks_by_label(api, user=settings.user).items()}
     agents = [_agent_status(settings, api, role, blocks) for role in ROLES]
     return LettaStatus(url=url, healthy=True, version=state.version, blocks=blocks, agents=agents)
 
 
 def _agent_status(settings: Settings, api, role: str, blocks: dict[str, str | None]) -> AgentStatus:
-    agent = find_agent(api, role)
+    agent = find_agent(api, role, user=settings.user)
     if agent is None:
         return AgentStatus(role=role, id=None, problems=["missing: run `mas letta provision`"])
     problems = []
