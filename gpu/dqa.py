@@ -89,7 +89,7 @@ class DQAGrader:
         if self.settings.preference_base_model_path is None:
             return None
         base = preference_base(self.settings)
-        adapter = promoted_adapter(self.settings.model_copy(update={"user": user}), base=base)
+        adapter = promoted_adapter(self.settings.for_user(user), base=base)
         if adapter is None:
             return None
         if not adapter.present:

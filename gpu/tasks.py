@@ -73,7 +73,7 @@ def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
     for name in [user] if user else users_with_picks(settings):
         with gpu_turns(settings).turn(what=f"the Tuner for {name}", priority=priority_of(self),
                                       limit_seconds=settings.tune_max_seconds):
-            report = run_tuner(settings.model_copy(update={"user": name}), dry_run=dry_run)
+            report = run_tuner(settings.for_user(name), dry_run=dry_run)
         log.info("tune %s: %s%s", name, report.taste.reason + " " if report.taste else "", report.reason)
         reports.append(asdict(report))
     return {"reports": reports}

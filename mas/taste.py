@@ -5,8 +5,9 @@ all-MiniLM-L6-v2 embeddings of its prompt's phrases, and the per-axis scores of 
 graded (the `preference` axis, the promoted DPO adapter's implicit reward, enters as its log-odds: see the
 README on how the two are combined). A video prompt is a list of comma-separated phrases ("a dragon, aerial
 drone sweep, teal palette, ..."); each phrase is embedded alone and the embeddings are summed, so a phrase
-weighs the same whatever surrounds it and a phrase shared by every variation (the concept) cancels out. The user picks option i among k with probability softmax(w . x_i), so one pick of
-one among k gives k - 1 pairs, P(a beats b) = sigmoid(w . (x_a - x_b)). `w` is fitted by L2-regularised
+weighs the same whatever surrounds it and a phrase shared by every variation (the concept) cancels out.
+The user picks option i among k with probability softmax(w . x_i), so one pick of one among k gives k - 1
+pairs, P(a beats b) = sigmoid(w . (x_a - x_b)). `w` is fitted by L2-regularised
 logistic regression (scikit-learn) on those differences, the regularisation chosen by cross-validation over
 picks, and the log-odds scaled by one temperature fitted on the cross-validated predictions (Platt scaling
 without intercept), so a probability of 0.8 is right about four times in five. It fits in well under a
@@ -42,6 +43,9 @@ FEATURES = (*[f"phrases[{i}]" for i in range(EMBEDDING_DIM)], *SCORE_FEATURES, P
 REGULARISATION_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 """Inverse L2 strengths tried by cross-validation: with few picks a strong one wins and the model stays
 near "no preference"; with many, a weaker one lets it follow the user."""
+
+PLATT_REGULARISATION = 1e6
+"""Inverse L2 strength of the one-parameter calibration fit: large, so the penalty does not bias it."""
 
 MIN_PICKS_TO_CROSS_VALIDATE = 4
 """Below this many picks there is nothing to validate on: the middle strength and no temperature."""
@@ -190,17 +194,8 @@ def _weights(diffs: np.ndarray, regularisation: float) -> np.ndarray:
 
 def _temperature(held_out_logits: np.ndarray) -> float:
     """The scale t minimising the log-loss of sigmoid(t * logit) on predictions made without the pick:
-    Platt scaling with no intercept (a pair has no side), found by Newton's method on one variable."""
-    z = held_out_logits
-    if not np.any(z):
+    Platt scaling with no intercept (a pair has no side), which is the same logistic regression on the one
+    feature `logit`, all but unregularised; kept within [0.01, 100]."""
+    if not np.any(held_out_logits):
         return 1.0
-    t = 1.0
-    for _ in range(50):
-        p = 1 / (1 + np.exp(-t * z))
-        gradient = float(np.sum((p - 1) * z))
-        curvature = float(np.sum(p * (1 - p) * z * z)) + 1e-9
-        step = gradient / curvature
-        t = min(max(t - step, 0.01), 100.0)
-        if abs(step) < 1e-6:
-            break
-    return t
+    return float(np.clip(_weights(held_out_logits[:, None], PLATT_REGULARISATION)[0], 0.01, 100.0))

@@ -2,9 +2,9 @@
 
 The roles are `mas.agents.asking`'s, as for every model-backed backend; here is the transport: a role
 call brings the server's core blocks up to date with the studio's, sends the question's message to the
-role's agent (the one of `settings.user`'s crew) and validates the JSON object of its reply. Calls to one
-agent are serialized
-(`mas.agents.serial`): Letta loses in-context messages when one agent gets two at once.
+role's agent (the one of `settings.user`'s crew) and validates the JSON object of its reply. Calls to
+one agent are serialized (`mas.agents.serial`): Letta loses in-context messages when one agent gets two
+at once.
 """
 
 from __future__ import annotations
