@@ -316,9 +316,10 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "- DPO: tiny random Llama (hidden 64, 2 layers), word-level tokenizer trained on the prompt vocabulary; "
         "LoRA r=8, β=0.1, lr 5e-3, 8 epochs. Pairwise: sum of the all-MiniLM-L6-v2 embeddings of the prompt's "
         "phrases + per-axis scores, L2 logistic regression, strength by cross-validation over picks, Platt-scaled",
-        "- every 4th pick is held out by the Tuner to decide promotion (`mas.taste_promotion`); what is measured "
-        "is what each approach serves (its promoted version: for the pairwise taste, the judged fit refitted on "
-        "every pick; for DPO, the adapter trained without the held-out picks)",
+        "- promotion: the pairwise taste is fitted on every pick and judged on its cross-validated predictions "
+        "(against the default: every pick; against the version serving: the picks since it was fitted; "
+        "`mas.taste_promotion`); DPO adapters are trained without every 4th pick and judged on those. What is "
+        "measured is what each approach serves (its promoted version)",
         f"\nPairwise: the chosen variation scored above a rejected one (chance 50%). Top-1: the best-scored of the "
         f"{args.variations} variations is the user's pick (chance {1 / args.variations:.0%}). Calibration error: "
         "expected calibration error of the served taste's pair probabilities over 10 bins (0 is perfectly "

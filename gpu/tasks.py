@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -64,16 +65,17 @@ def regrade(self, video_id: int) -> dict:
 @app.task(name=names.TUNE, bind=True)
 def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
     """The Tuner (nightly from beat, or `mas tune`), on the GPU worker: each user's pairwise taste and DPO
-    adapter from their A/B choices. `user` tunes that user; None (the beat job) every user with picks."""
+    adapter from their A/B choices. `user` tunes that user; None (the beat job) every user with picks. Only
+    DPO training takes a GPU turn; the taste fit (CPU) lets renders go on."""
     from gpu.tuner import tune as run_tuner
     from mas.taste_promotion import users_with_picks
 
     settings = self.app.settings
     reports = []
     for name in [user] if user else users_with_picks(settings):
-        with gpu_turns(settings).turn(what=f"the Tuner for {name}", priority=priority_of(self),
-                                      limit_seconds=settings.tune_max_seconds):
-            report = run_tuner(settings.for_user(name), dry_run=dry_run)
+        turn = partial(gpu_turns(settings).turn, what=f"DPO training for {name}", priority=priority_of(self),
+                       limit_seconds=settings.tune_max_seconds)
+        report = run_tuner(settings.for_user(name), dry_run=dry_run, gpu_turn=turn)
         log.info("tune %s: %s%s", name, report.taste.reason + " " if report.taste else "", report.reason)
         reports.append(asdict(report))
     return {"reports": reports}

@@ -9,13 +9,14 @@ are there, plain peft + trl otherwise. DPO makes the adapter a reward model for 
 is the `preference` axis of DQA.
 
 Everything is per user (`settings.user`): their picks, their adapters, their pairwise taste. A tune first
-fits the user's pairwise taste (`mas.taste_promotion`, milliseconds on the CPU), then, when a base model is
-configured, trains a DPO adapter. Each trained adapter gets the next version in `trained_adapters`. It is
-promoted only if it predicts held-out choices at least as well as the user's promoted adapter does on the
-same choices (the first one: at least as well as a coin flip). Held-out choices are the user's every
-`heldout_every`-th pick (`mas.taste_promotion.held_out`, the same split as the pairwise taste): a pick is held
-out once and for all, so no version ever trains on the choices it is judged by, and two versions are always
-judged on the same ones. The model itself, which grading shares, is in `gpu.preference_model`.
+fits the user's pairwise taste (`mas.taste_promotion`, a fraction of a second on the CPU, no GPU turn), then,
+when a base model is configured, trains a DPO adapter inside a GPU turn. Each trained adapter gets the next
+version in `trained_adapters`. It is promoted only if it predicts held-out choices at least as well as the
+user's promoted adapter does on the same choices (the first one: at least as well as a coin flip). Held-out
+choices are the user's every `heldout_every`-th pick (`held_out`): a pick is held out once and for all, so no
+adapter ever trains on the choices it is judged by, and two adapters are always judged on the same ones.
+(The pairwise taste is cheap enough to cross-validate instead and judges on every pick.) The model itself,
+which grading shares, is in `gpu.preference_model`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,15 @@ from mas import locks, names
 from mas.config import Settings
 from mas.db import ready_engine, session_scope
 from mas.models import ABSelection, TrainedAdapter
-from mas.taste_promotion import HELDOUT_EVERY, TasteReport, held_out, tune_taste
+from mas.taste_promotion import TasteReport, tune_taste
+
+HELDOUT_EVERY = 4
+"""Every 4th pick of a user is held out to judge DPO adapters."""
+
+
+def held_out(position: int, *, every: int = HELDOUT_EVERY) -> bool:
+    """Whether the pick at `position` (0-based, in the user's pick order) is held out."""
+    return position % every == every - 1
 
 
 @dataclass(kw_only=True)
@@ -272,10 +282,15 @@ def _release() -> None:
 # --- tune: the whole job ----------------------------------------------------------------------------
 
 
-def tune(settings: Settings, *, dry_run: bool = False, config: TunerConfig | None = None) -> TuneReport:
+def tune(
+    settings: Settings, *, dry_run: bool = False, config: TunerConfig | None = None,
+    gpu_turn: Callable[[], AbstractContextManager] = nullcontext,
+) -> TuneReport:
     """Fit `settings.user`'s pairwise taste and, when a base model is configured, train a DPO adapter on their
-    picks; each is promoted or not on the held-out picks. With too few pairs, or `dry_run`, it says what it
-    would do and trains nothing. `mas tune [--user NAME] [--dry-run]` prints the report; the beat job logs it.
+    picks; each is promoted or not by its own rule. With too few pairs, or `dry_run`, it says what it would do
+    and trains nothing. `gpu_turn()` is held around DPO training and judging only, the part that uses the GPU
+    (the gpu worker passes one of its turns). `mas tune [--user NAME] [--dry-run]` prints the report; the beat
+    job logs it.
     """
     config = config or TunerConfig()
     started = time.monotonic()
@@ -311,13 +326,14 @@ def tune(settings: Settings, *, dry_run: bool = False, config: TunerConfig | Non
     # one tune at a time: the nightly beat job and a manual `mas tune` may meet
     busy = "another `mas tune` is training right now; wait for it to finish and run it again"
     with locks.held_or_busy(ready_engine(settings), names.TUNE_LOCK, busy=busy):
-        taste = tune_taste(settings, every=config.heldout_every)
+        taste = tune_taste(settings)
         if base is None:
             reason = ("no DPO adapter: MAS_PREFERENCE_BASE_MODEL_PATH names no base model, so the preference axis "
                       "stays out of grading and the pairwise taste serves alone.")
             return TuneReport(taste=taste, trained=False, promoted=False, reason=reason,
                               seconds=round(time.monotonic() - started, 2), **counts)
-        adapter = _train_and_judge(settings, base=base, train=train, heldout=heldout, config=config)
+        with gpu_turn():
+            adapter = _train_and_judge(settings, base=base, train=train, heldout=heldout, config=config)
     return TuneReport(taste=taste, seconds=round(time.monotonic() - started, 2), **adapter, **counts)
 
 

@@ -310,11 +310,13 @@ class TasteModel(Base):
     user_name: Mapped[str] = mapped_column(String(40), index=True)
     version: Mapped[int] = mapped_column(Integer)
     pairs_used: Mapped[int] = mapped_column(Integer)
+    # the pairs the promotion verdict rests on (each predicted without its pick) and the accuracy there
     heldout_pairs: Mapped[int] = mapped_column(Integer)
     heldout_accuracy: Mapped[float | None] = mapped_column(Float)
     promoted: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     reason: Mapped[str] = mapped_column(Text, default="", server_default="")
-    model: Mapped[dict] = mapped_column(JSONB)  # weights, calibration, features: `mas.taste.PairwiseTaste`
+    # "served": weights, calibration, features (`mas.taste.PairwiseTaste`); "last_pick": newest pick fitted on
+    model: Mapped[dict] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now_column()
 
 

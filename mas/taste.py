@@ -10,8 +10,9 @@ The user picks option i among k with probability softmax(w . x_i), so one pick o
 pairs, P(a beats b) = sigmoid(w . (x_a - x_b)). `w` is fitted by L2-regularised
 logistic regression (scikit-learn) on those differences, the regularisation chosen by cross-validation over
 picks, and the log-odds scaled by one temperature fitted on the cross-validated predictions (Platt scaling
-without intercept), so a probability of 0.8 is right about four times in five. It fits in well under a
-second on a CPU. Which version serves a user, and why, is `mas.taste_promotion`.
+without intercept), so a probability of 0.8 is right about four times in five. Those cross-validated
+predictions are also the evidence a new version is judged by. It fits in well under a second on a CPU.
+Which version serves a user, and why, is `mas.taste_promotion`.
 """
 
 from __future__ import annotations
@@ -155,17 +156,29 @@ def pair_differences(picks: Sequence[Pick], *, settings: Settings) -> np.ndarray
     return np.asarray(out).reshape(-1, len(FEATURES))
 
 
-def fit(picks: Sequence[Pick], *, settings: Settings) -> PairwiseTaste:
+@dataclass(frozen=True, kw_only=True)
+class Fit:
+    """A fitted taste and the evidence for it."""
+
+    taste: PairwiseTaste
+    validation: np.ndarray
+    """log P(chosen beats rejected) of every pair of the picks, in order, each predicted by a fit that never
+    saw its pick (5-fold over picks, the chosen strength, calibrated); empty when there were too few picks
+    to cross-validate. What `mas.taste_promotion` judges a new version by."""
+
+
+def fit(picks: Sequence[Pick], *, settings: Settings) -> Fit:
     """The taste that best explains `picks`: regularisation by cross-validation over picks, then calibrated."""
     from sklearn.model_selection import GroupKFold  # only a tune fits; reading a taste must not load sklearn (1 s)
 
     if not picks:
-        return PairwiseTaste.default()
+        return Fit(taste=PairwiseTaste.default(), validation=np.zeros(0))
     diffs = pair_differences(picks, settings=settings)
     groups = np.asarray([p.selection_id for p in picks for _ in p.rejected])
     if len({*groups}) < MIN_PICKS_TO_CROSS_VALIDATE:
         regularisation = REGULARISATION_GRID[len(REGULARISATION_GRID) // 2]
-        return PairwiseTaste(weights=_weights(diffs, regularisation), pairs=len(diffs), regularisation=regularisation)
+        taste = PairwiseTaste(weights=_weights(diffs, regularisation), pairs=len(diffs), regularisation=regularisation)
+        return Fit(taste=taste, validation=np.zeros(0))
     folds = list(GroupKFold(n_splits=min(5, len({*groups}))).split(diffs, groups=groups))
     best = None
     for regularisation in REGULARISATION_GRID:
@@ -177,8 +190,9 @@ def fit(picks: Sequence[Pick], *, settings: Settings) -> PairwiseTaste:
             best = (loss, regularisation, held)
     _, regularisation, held = best
     temperature = _temperature(held)
-    return PairwiseTaste(weights=_weights(diffs, regularisation) * temperature, pairs=len(diffs),
-                         regularisation=regularisation, temperature=temperature)
+    taste = PairwiseTaste(weights=_weights(diffs, regularisation) * temperature, pairs=len(diffs),
+                          regularisation=regularisation, temperature=temperature)
+    return Fit(taste=taste, validation=-np.logaddexp(0.0, -held * temperature))
 
 
 def _weights(diffs: np.ndarray, regularisation: float) -> np.ndarray:

@@ -1,18 +1,19 @@
-"""Which version of a user's taste serves them, decided on picks it never trained on, and what it expects.
+"""Which version of a user's taste serves them, decided on predictions made without the picks judged, and
+what it expects.
 
-Every `HELDOUT_EVERY`-th pick of a user (in the order they were made) is held out of the judging once and
-for all, so the held-out set grows as picks accumulate and two versions are always judged on the same picks
-(the DPO Tuner, `gpu.tuner`, holds out the same picks). A new version is fitted twice: on the training picks
-alone, which is what the rule judges, and on every pick, which is what serves once it is promoted (the same
-fitting procedure given a quarter more evidence; the learning benchmark measured what keeping those picks
-out of the served taste costs). The judged fit of the new version is compared with the judged fit of the one
-serving now by the log-likelihood of each held-out pair (paired, so it is the same pairs). The promotion rule
-is asymmetric on purpose, so that it does not flip-flop on a handful of pairs:
+Each tune fits a new version on every pick of the user (`mas.taste.fit`); the evidence for it is its
+cross-validated predictions, each pair predicted by a fit that never saw its pick, so every pick both teaches
+and judges. A version records the last pick it was fitted on. The promotion rule compares log-likelihoods
+per pair, paired on the same pairs, and is asymmetric on purpose, so that it does not flip-flop on a handful
+of pairs:
 
-- leaving the studio default (no preference) needs evidence: the new version must beat it by more than one
-  standard error of the paired difference;
-- a newer version, trained on more picks, replaces an older one unless the held-out picks say it is worse by
-  more than one standard error.
+- leaving the studio default (no preference, log-likelihood log 1/2 on every pair) needs evidence: the new
+  version's predictions over every pick must beat it by more than one standard error of the difference;
+- a newer version replaces the one serving unless, on the picks made since the serving one was fitted
+  (which it never saw, and the new one predicts without them), it is worse by more than one standard error.
+
+With no pick since the serving version, a tune has nothing to add and fits nothing. The DPO Tuner
+(`gpu.tuner`) cannot afford to train five times, and judges its adapters on a fixed held-out share instead.
 """
 
 from __future__ import annotations
@@ -28,18 +29,10 @@ import sqlalchemy as sa
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import ABSelection, TasteModel
-from mas.taste import Option, PairwiseTaste, Pick, fit
-
-HELDOUT_EVERY = 4
-"""Every 4th pick of a user is held out to judge versions (shared with the DPO Tuner)."""
+from mas.taste import MIN_PICKS_TO_CROSS_VALIDATE, Option, PairwiseTaste, Pick, fit
 
 STANDARD_ERRORS = 1.0
-"""How many standard errors of the paired held-out difference the promotion rule asks for."""
-
-
-def held_out(position: int, *, every: int = HELDOUT_EVERY) -> bool:
-    """Whether the pick at `position` (0-based, in the user's pick order) is held out."""
-    return position % every == every - 1
+"""How many standard errors of the paired difference the promotion rule asks for."""
 
 
 def load_picks(settings: Settings) -> list[Pick]:
@@ -69,24 +62,23 @@ def users_with_picks(settings: Settings) -> list[str]:
         return list(session.scalars(sa.select(ABSelection.user_name).distinct().order_by(ABSelection.user_name)))
 
 
-def split(picks: Sequence[Pick], *, every: int = HELDOUT_EVERY) -> tuple[list[Pick], list[Pick]]:
-    """(train, held out) by position in pick order."""
-    return ([p for i, p in enumerate(picks) if not held_out(i, every=every)],
-            [p for i, p in enumerate(picks) if held_out(i, every=every)])
-
-
 @dataclass(frozen=True, kw_only=True)
 class Served:
     """The taste serving a user: a promoted version, or the studio default (version None)."""
 
     taste: PairwiseTaste
     version: int | None
-    judged: PairwiseTaste
-    """The version fitted without the held-out picks: what the promotion rule compares."""
+    last_pick: int | None = None
+    """The id of the newest pick the version was fitted on; None when not recorded (every pick counts as
+    seen, and nothing unseen can speak against a newer version)."""
 
     @property
     def name(self) -> str:
         return f"taste v{self.version}" if self.version is not None else "the studio default (no preference)"
+
+    def unseen(self, pick: Pick) -> bool:
+        """Whether this version was fitted without `pick`."""
+        return self.version is None or (self.last_pick is not None and pick.selection_id > self.last_pick)
 
 
 def served(settings: Settings) -> Served:
@@ -99,13 +91,14 @@ def served(settings: Settings) -> Served:
         ).first()
         taste = PairwiseTaste.from_json(row.model.get("served", {})) if row is not None else PairwiseTaste.default()
         if taste.is_default:  # none yet, or stored on other features: the default serves until a tune refits it
-            return Served(taste=taste, version=None, judged=taste)
-        return Served(taste=taste, version=row.version, judged=PairwiseTaste.from_json(row.model.get("judged", {})))
+            return Served(taste=taste, version=None)
+        return Served(taste=taste, version=row.version, last_pick=row.model.get("last_pick"))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
     promote: bool
+    pairs: int
     accuracy: float
     log_likelihood: float
     current_accuracy: float
@@ -113,24 +106,29 @@ class Verdict:
     standard_error: float
 
 
-def judge(candidate: PairwiseTaste, current: Served, heldout: Sequence[Pick], *, settings: Settings) -> Verdict:
-    """The promotion rule of the module docstring, on the held-out pairs; `candidate` is fitted without them."""
-    new = candidate.pair_log_likelihoods(heldout, settings=settings)
-    old = current.judged.pair_log_likelihoods(heldout, settings=settings)
-    difference = new - old
+def judge(candidate: np.ndarray, current: np.ndarray, *, against_default: bool) -> Verdict:
+    """The promotion rule of the module docstring. `candidate` and `current` are the log-likelihoods of the
+    same pairs, none of which either was fitted on."""
+    difference = candidate - current
     n = len(difference)
     error = float(np.std(difference, ddof=1) / math.sqrt(n)) if n > 1 else math.inf
-    mean = float(difference.mean())
-    if current.version is None:
+    mean = float(difference.mean()) if n else 0.0
+    if against_default:
         promote = mean - STANDARD_ERRORS * error > 0
     else:
         promote = not mean + STANDARD_ERRORS * error < 0
-    return Verdict(promote=promote, accuracy=_accuracy(new), log_likelihood=float(new.mean()),
-                   current_accuracy=_accuracy(old), current_log_likelihood=float(old.mean()), standard_error=error)
+    return Verdict(promote=promote, pairs=n, accuracy=_accuracy(candidate), log_likelihood=_mean(candidate),
+                   current_accuracy=_accuracy(current), current_log_likelihood=_mean(current), standard_error=error)
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if len(values) else math.nan
 
 
 def _accuracy(log_likelihoods: np.ndarray) -> float:
     """Share of pairs whose chosen side is favoured (log P > log 0.5); a tie counts half."""
+    if not len(log_likelihoods):
+        return math.nan
     half = math.log(0.5)
     return float(np.mean(np.where(np.isclose(log_likelihoods, half), 0.5, log_likelihoods > half)))
 
@@ -144,57 +142,69 @@ class TasteReport:
     promoted: bool
     reason: str
     picks: int
-    train_pairs: int = 0
-    heldout_pairs: int = 0
+    pairs: int = 0
+    judged_pairs: int = 0
+    """Pairs the verdict rests on: every pair against the default, the pairs since the serving version else."""
     version: int | None = None
-    heldout_accuracy: float | None = None
+    accuracy: float | None = None
+    """The new version's cross-validated accuracy on the judged pairs."""
     current_version: int | None = None
     current_accuracy: float | None = None
     seconds: float = 0.0
 
 
-def tune_taste(settings: Settings, *, every: int = HELDOUT_EVERY) -> TasteReport:
-    """Fit a new version of `settings.user`'s taste on their training picks, judge it on the held-out ones,
-    store it (promoted or kept on file, with its fit on every pick) and the reason. The caller holds the tune
-    lock."""
+def tune_taste(settings: Settings) -> TasteReport:
+    """Fit a new version of `settings.user`'s taste on all their picks, judge it by the rule of the module
+    docstring, store it (promoted or kept on file) with the reason. The caller holds the tune lock."""
     started = time.monotonic()
     picks = load_picks(settings)
-    train, heldout = split(picks, every=every)
     pairs = sum(len(p.rejected) for p in picks)
-    if pairs < settings.min_preference_pairs or not train or not heldout:
+    if pairs < settings.min_preference_pairs or len(picks) < MIN_PICKS_TO_CROSS_VALIDATE:
         reason = (
             f"{settings.user} has {len(picks)} A/B picks ({pairs} pairs); {settings.min_preference_pairs} pairs "
-            f"are needed (MAS_MIN_PREFERENCE_PAIRS) and at least {every} picks, so one can be held out. Until "
-            "then the studio default serves (it expects every variation equally). Nothing was trained."
+            f"are needed (MAS_MIN_PREFERENCE_PAIRS) and at least {MIN_PICKS_TO_CROSS_VALIDATE} picks, so each can "
+            "be predicted without it. Until then the studio default serves (it expects every variation equally). "
+            "Nothing was trained."
         )
-        return TasteReport(user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks))
-    candidate = fit(train, settings=settings)
-    serving = fit(picks, settings=settings)
+        return TasteReport(user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks),
+                           pairs=pairs)
     current = served(settings)
-    verdict = judge(candidate, current, heldout, settings=settings)
-    heldout_pairs = sum(len(p.rejected) for p in heldout)
+    fresh = [current.unseen(p) for p in picks]
+    if current.version is not None and not any(fresh):
+        reason = f"no pick since {current.name}, which serves {settings.user}: nothing new to learn, nothing was trained."
+        return TasteReport(user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks),
+                           pairs=pairs, current_version=current.version)
+    fitted = fit(picks, settings=settings)
+    judged = np.asarray([fresh[i] for i, p in enumerate(picks) for _ in p.rejected])
+    unseen_picks = [p for p, new in zip(picks, fresh) if new]
+    candidate = fitted.validation[judged]
+    verdict = judge(candidate, current.taste.pair_log_likelihoods(unseen_picks, settings=settings),
+                    against_default=current.version is None)
     with session_scope(settings) as session:
         version = 1 + int(session.scalar(
             sa.select(sa.func.coalesce(sa.func.max(TasteModel.version), 0)).where(TasteModel.user_name == settings.user)
         ))
-        rule = ("it must beat the default by more than one standard error" if current.version is None else
-                "a newer version replaces it unless worse by more than one standard error")
+        if current.version is None:
+            on = f"predicted without each pick, over all {verdict.pairs} pairs of {len(picks)} picks"
+            rule = "it must beat the default by more than one standard error"
+        else:
+            on = (f"on the {verdict.pairs} pairs picked since {current.name} was fitted, each predicted without "
+                  "its pick")
+            rule = "a newer version replaces it unless worse by more than one standard error"
         reason = (
-            f"taste v{version} {'promoted' if verdict.promote else 'kept on file, not promoted'}: on {heldout_pairs} "
-            f"held-out pairs it is right {verdict.accuracy:.0%} (log-likelihood {verdict.log_likelihood:.3f} per "
-            f"pair) against {verdict.current_accuracy:.0%} ({verdict.current_log_likelihood:.3f}) for "
-            f"{current.name}; {rule} ({verdict.standard_error:.3f}). "
-            f"{'What serves is' if verdict.promote else 'Kept with it:'} the same fit on all {len(picks)} picks."
+            f"taste v{version} {'promoted' if verdict.promote else 'kept on file, not promoted'}: {on}, it is right "
+            f"{verdict.accuracy:.0%} (log-likelihood {verdict.log_likelihood:.3f} per pair) against "
+            f"{verdict.current_accuracy:.0%} ({verdict.current_log_likelihood:.3f}) for {current.name}; {rule} "
+            f"({verdict.standard_error:.3f})."
         )
         session.add(TasteModel(
-            user_name=settings.user, version=version, pairs_used=serving.pairs, heldout_pairs=heldout_pairs,
+            user_name=settings.user, version=version, pairs_used=fitted.taste.pairs, heldout_pairs=verdict.pairs,
             heldout_accuracy=verdict.accuracy, promoted=verdict.promote, reason=reason,
-            model={"served": serving.to_json(), "judged": candidate.to_json()},
+            model={"served": fitted.taste.to_json(), "last_pick": picks[-1].selection_id},
         ))
     return TasteReport(
-        user=settings.user, trained=True, promoted=verdict.promote, reason=reason, picks=len(picks),
-        train_pairs=candidate.pairs, heldout_pairs=heldout_pairs, version=version,
-        heldout_accuracy=verdict.accuracy, current_version=current.version,
+        user=settings.user, trained=True, promoted=verdict.promote, reason=reason, picks=len(picks), pairs=pairs,
+        judged_pairs=verdict.pairs, version=version, accuracy=verdict.accuracy, current_version=current.version,
         current_accuracy=verdict.current_accuracy, seconds=round(time.monotonic() - started, 2),
     )
 

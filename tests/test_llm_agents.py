@@ -291,7 +291,7 @@ def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
     _pick(clean, chosen="a neon city street at night, glowing signs", rejected="a quiet farm field at noon", n=4)
     _pick(clean, chosen="cyberpunk rooftops in neon rain", rejected="cows grazing on a green hillside", n=4)
     report = tune_taste(clean)
-    assert report.promoted and report.train_pairs == 6, report.reason
+    assert report.promoted and report.pairs == 8, report.reason
     learned = served(clean).taste
     assert learned.choice_probabilities([Option(prompt=neon), Option(prompt=pastoral)], settings=clean)[0] > 0.6
     reply = json.dumps({"candidates": [{"prompt": pastoral}, {"prompt": neon}]})

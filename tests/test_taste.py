@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from mas.db import session_scope
@@ -49,7 +50,7 @@ def test_each_user_learns_their_own_taste_and_one_never_moves_the_other(clean):
     _pick_rows(alice, favourite="purple", count=24, seed=1)
     report = tune_taste(alice)
     assert report.trained and report.promoted, report.reason
-    assert report.heldout_pairs == 6 and "promoted" in report.reason
+    assert report.judged_pairs == 24 and "over all 24 pairs of 24 picks" in report.reason
     learned = _p_purple(alice)
     assert learned > 0.7  # a probability a person can read: purple over orange, on a concept never picked
     assert expect(alice, {"A": Option(prompt="a hydra, orange palette"), "B": Option(prompt="a hydra, purple palette")}).label == "B"
@@ -69,19 +70,45 @@ def test_each_user_learns_their_own_taste_and_one_never_moves_the_other(clean):
     assert blocks.read(bob, "quality_standards")["MAX_RETRIES"] == 5
 
 
-def test_promotion_refuses_a_version_that_is_worse_on_held_out_picks(clean):
+def test_a_new_version_follows_picks_since_the_served_one_and_a_tune_with_none_changes_nothing(clean):
     carol = clean.for_user("carol")
     _pick_rows(carol, favourite="purple", count=24, seed=3)
-    assert tune_taste(carol).promoted
-    before = _p_purple(carol)
-    # then her training picks turn the other way, while the held-out ones (every 4th) do not: the new
-    # version learns the reverse and the held-out picks say it is worse
-    _pick_rows(carol, favourite="purple", count=48, seed=4, flip=lambda position: position % 4 != 3)
+    assert tune_taste(carol).promoted and _p_purple(carol) > 0.7
+    again = tune_taste(carol)
+    assert not again.trained and "no pick since taste v1" in again.reason and served(carol).version == 1
+
+    # then she turns to orange: v1 never saw these picks and gets them wrong; v2, fitted on every pick and
+    # judged on the new ones predicted without each, follows her
+    _pick_rows(carol, favourite="orange", count=48, seed=4)
     report = tune_taste(carol)
-    assert report.trained and not report.promoted, report.reason
-    assert report.heldout_accuracy < report.current_accuracy
-    assert "kept on file, not promoted" in report.reason and "taste v1" in report.reason
-    assert served(carol).version == 1 and _p_purple(carol) == pytest.approx(before)
+    assert report.trained and report.promoted, report.reason
+    assert report.judged_pairs == 48 and report.accuracy > report.current_accuracy
+    assert "on the 48 pairs picked since taste v1 was fitted" in report.reason
+    assert served(carol).version == 2 and _p_purple(carol) < 0.5
+
+
+def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(clean):
+    """The rule itself, on real fits: picks the serving version predicts well, a candidate that learned the
+    reverse (its predictions on those picks are what cross-validation would give a version that got worse)."""
+    from mas.taste import fit
+    from mas.taste_promotion import judge, load_picks
+
+    liked, turned = clean.for_user("gwen"), clean.for_user("hal")
+    _pick_rows(liked, favourite="purple", count=24, seed=7)
+    _pick_rows(turned, favourite="purple", count=24, seed=8, flip=lambda position: True)
+    picks = load_picks(liked)
+    serving, unseen = fit(picks[:16], settings=clean).taste, picks[16:]
+    worse = fit(load_picks(turned), settings=clean).taste
+    current = serving.pair_log_likelihoods(unseen, settings=clean)
+    candidate = worse.pair_log_likelihoods(unseen, settings=clean)
+    refused = judge(candidate, current, against_default=False)
+    assert not refused.promote and refused.accuracy < 0.5 < refused.current_accuracy
+    # a candidate a little worse, within noise, replaces it: newer, fitted on more picks
+    assert judge(current + np.r_[0.05, -0.07].repeat(4), current, against_default=False).promote
+    # leaving the default needs evidence: a coin flip's log-likelihood is not beaten by noise around it
+    half = np.full(8, np.log(0.5))
+    assert not judge(half + np.r_[0.2, -0.2].repeat(4), half, against_default=True).promote
+    assert judge(current, half, against_default=True).promote
 
 
 def test_a_user_with_no_picks_gets_the_default_and_a_clear_message(clean):

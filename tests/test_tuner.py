@@ -8,6 +8,7 @@ good, handheld shots and orange bad). Given two variations of a concept, it pick
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from gpu.residency import Residency
 from gpu.preference_model import METADATA_FILE, PROMPT_TEMPLATE, PreferenceModel, PreferencePair, promoted_adapter
 from gpu.tuner import TunerConfig, load_pairs, split_heldout, tune
 from mas.db import session_scope
-from mas.models import ABSelection, ABTest, TrainedAdapter
+from mas.models import ABSelection, ABTest, TasteModel, TrainedAdapter
 from tests.test_dqa import build_tiny_clip, concept_video, train_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -126,6 +127,14 @@ def test_too_few_pairs_trains_nothing(tuner_settings):
         assert session.scalar(sa.select(sa.func.count()).select_from(TrainedAdapter)) == 0
 
 
+def test_with_no_base_model_the_tune_fits_the_taste_and_never_takes_the_gpu(clean):
+    settings = clean.model_copy(update={"min_preference_pairs": 8})
+    record(settings, choices(USER, count=12, seed=4))
+    report = tune(settings, gpu_turn=lambda: pytest.fail("took the GPU"))
+    assert report.taste is not None and report.taste.trained and not report.trained
+    assert "MAS_PREFERENCE_BASE_MODEL_PATH names no base model" in report.reason
+
+
 def test_dry_run_says_what_it_would_do(tuner_settings):
     record(tuner_settings, choices(USER, count=12, seed=2))
     report = tune(tuner_settings, dry_run=True, config=TINY)
@@ -151,7 +160,16 @@ def test_dpo_learns_the_taste_is_promoted_serves_grading_and_a_worse_adapter_is_
     record(tuner_settings, choices(USER, count=32, seed=3))
     assert len(load_pairs(tuner_settings)) == 32
 
-    first = tune(tuner_settings, config=TINY)
+    turns = []
+
+    @contextmanager
+    def gpu_turn():  # records when the GPU would be taken: after the taste (CPU) was fitted and stored
+        with session_scope(tuner_settings) as session:
+            turns.append(session.scalar(sa.select(sa.func.count()).select_from(TasteModel)))
+        yield
+
+    first = tune(tuner_settings, config=TINY, gpu_turn=gpu_turn)
+    assert turns == [1]  # one GPU turn, for DPO only
     assert first.trained and first.promoted and first.version == 1 and first.backend == "peft"
     assert (first.train_pairs, first.heldout_pairs) == (24, 8)
     assert first.heldout_accuracy >= 0.75 and first.current_version is None

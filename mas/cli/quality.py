@@ -39,14 +39,14 @@ def grade(settings: Settings, video: int) -> None:
 @click.pass_obj
 def tune(settings: Settings, dry_run: bool) -> None:
     """Run the Tuner now for one user (`--user`): their pairwise taste, and a DPO adapter when a base model
-    is configured; each is promoted only if the held-out picks do not say it is worse, and it says why."""
+    is configured; each is promoted only if picks it never saw do not say it is worse, and it says why."""
     from mas import remote
 
     ready(settings)
     report = remote.tune(settings, dry_run=dry_run)
     console.print(
-        f"{report['user']}: pairs {report['pairs']} (train {report['train_pairs']}, held out "
-        f"{report['heldout_pairs']}, needed {report['needed_pairs']})"
+        f"{report['user']}: {report['pairs']} preference pairs ({report['needed_pairs']} needed); DPO trains on "
+        f"{report['train_pairs']} and holds out {report['heldout_pairs']}"
     )
     if report["taste"]:
         console.print(report["taste"]["reason"])
