@@ -8,7 +8,8 @@ per pair, paired on the same pairs, and is asymmetric on purpose, so that it doe
 of pairs:
 
 - leaving the studio default (no preference, log-likelihood log 1/2 on every pair) needs evidence: the new
-  version's predictions over every pick must beat it by more than one standard error of the difference;
+  version's predictions over every pick must beat it by more than one standard error of the difference
+  (counted in picks, whose pairs move together);
 - a newer version replaces the one serving unless, on the picks made since the serving one was fitted
   (which it never saw, and the new one predicts without them), it is worse by more than one standard error.
 
@@ -106,13 +107,19 @@ class Verdict:
     standard_error: float
 
 
-def judge(candidate: np.ndarray, current: np.ndarray, *, against_default: bool) -> Verdict:
+def judge(candidate: np.ndarray, current: np.ndarray, *, picks: np.ndarray, against_default: bool) -> Verdict:
     """The promotion rule of the module docstring. `candidate` and `current` are the log-likelihoods of the
-    same pairs, none of which either was fitted on."""
+    same pairs, none of which either was fitted on; `picks[i]` is the pick pair i comes from. The pairs of
+    one pick share its chosen side and rise or fall together, so the standard error counts picks, not pairs
+    (clustered by pick)."""
     difference = candidate - current
-    n = len(difference)
-    error = float(np.std(difference, ddof=1) / math.sqrt(n)) if n > 1 else math.inf
+    n, count = len(difference), len(np.unique(picks))
     mean = float(difference.mean()) if n else 0.0
+    if count > 1:
+        totals = np.bincount(np.unique(picks, return_inverse=True)[1], weights=difference - mean)
+        error = float(math.sqrt(count / (count - 1) * np.sum(totals**2)) / n)
+    else:
+        error = math.inf
     if against_default:
         promote = mean - STANDARD_ERRORS * error > 0
     else:
@@ -177,8 +184,8 @@ def tune_taste(settings: Settings) -> TasteReport:
     fitted = fit(picks, settings=settings)
     judged = np.asarray([fresh[i] for i, p in enumerate(picks) for _ in p.rejected])
     unseen_picks = [p for p, new in zip(picks, fresh) if new]
-    candidate = fitted.validation[judged]
-    verdict = judge(candidate, current.taste.pair_log_likelihoods(unseen_picks, settings=settings),
+    verdict = judge(fitted.validation[judged], current.taste.pair_log_likelihoods(unseen_picks, settings=settings),
+                    picks=np.asarray([p.selection_id for p in unseen_picks for _ in p.rejected]),
                     against_default=current.version is None)
     with session_scope(settings) as session:
         version = 1 + int(session.scalar(

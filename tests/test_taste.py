@@ -101,14 +101,20 @@ def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(
     worse = fit(load_picks(turned), settings=clean).taste
     current = serving.pair_log_likelihoods(unseen, settings=clean)
     candidate = worse.pair_log_likelihoods(unseen, settings=clean)
-    refused = judge(candidate, current, against_default=False)
+    one = np.arange(8)  # one pair per pick
+    refused = judge(candidate, current, picks=one, against_default=False)
     assert not refused.promote and refused.accuracy < 0.5 < refused.current_accuracy
     # a candidate a little worse, within noise, replaces it: newer, fitted on more picks
-    assert judge(current + np.r_[0.05, -0.07].repeat(4), current, against_default=False).promote
+    assert judge(current + np.r_[0.05, -0.07].repeat(4), current, picks=one, against_default=False).promote
     # leaving the default needs evidence: a coin flip's log-likelihood is not beaten by noise around it
     half = np.full(8, np.log(0.5))
-    assert not judge(half + np.r_[0.2, -0.2].repeat(4), half, against_default=True).promote
-    assert judge(current, half, against_default=True).promote
+    assert not judge(half + np.r_[0.2, -0.2].repeat(4), half, picks=one, against_default=True).promote
+    assert judge(current, half, picks=one, against_default=True).promote
+    # two pairs of one pick are not two pieces of evidence: the same differences, from 4 picks, are less sure
+    differences = np.r_[0.4, -0.1, 0.3, -0.2].repeat(2)
+    by_pair = judge(half + differences, half, picks=one, against_default=True)
+    by_pick = judge(half + differences, half, picks=np.arange(4).repeat(2), against_default=True)
+    assert by_pick.standard_error > by_pair.standard_error and by_pair.promote and not by_pick.promote
 
 
 def test_a_user_with_no_picks_gets_the_default_and_a_clear_message(clean):
