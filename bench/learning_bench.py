@@ -315,7 +315,8 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         f"{len(TEST_CONCEPTS)} other concepts, the same for every checkpoint of a seed; {args.seeds} seeds per user",
         "- DPO: tiny random Llama (hidden 64, 2 layers), word-level tokenizer trained on the prompt vocabulary; "
         "LoRA r=8, β=0.1, lr 5e-3, 8 epochs. Pairwise: sum of the all-MiniLM-L6-v2 embeddings of the prompt's "
-        "phrases + per-axis scores, L2 logistic regression, strength by cross-validation over picks, Platt-scaled",
+        "phrases + a weight of each phrase's own (hashed) + per-axis scores, L2 logistic regression, strength by "
+        "cross-validation over picks, Platt-scaled",
         "- promotion: the pairwise taste is fitted on every pick and judged on its cross-validated predictions "
         "(against the default: every pick; against the version serving: the picks since it was fitted; "
         "`mas.taste_promotion`); DPO adapters are trained without every 4th pick and judged on those. What is "
