@@ -165,3 +165,14 @@ def test_a_version_stored_on_other_features_serves_as_the_default_until_refitted
     _pick_rows(frank, favourite="purple", count=24, seed=6)
     report = tune_taste(frank)
     assert report.promoted and "studio default" in report.reason and served(frank).version == 2
+
+
+def test_calibration_recovers_a_users_temperature_and_does_not_call_a_few_right_guesses_certain():
+    from mas.taste import _temperature
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, 4000)
+    chosen_first = rng.random(4000) < 1 / (1 + np.exp(-0.5 * logits))  # the user is half as sure as the logits
+    assert _temperature(np.where(chosen_first, logits, -logits)) == pytest.approx(0.5, abs=0.05)
+    few_all_right = np.abs(rng.normal(0, 1, 20))
+    assert 1.0 < _temperature(few_all_right) < 10.0  # sharper, but a 21st pick can still surprise it
