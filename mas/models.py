@@ -31,6 +31,12 @@ DEFAULT_USER = "default"
 """The user of work and picks when no `--user` / MAS_USER names one; the studio default taste."""
 
 
+def users_own(name: str, user: str) -> str:
+    """What the studio calls `user`'s own `name` (a block row, an agent, their locks): `name` itself for the
+    default user, who had them before users existed, `name@user` for a named one."""
+    return name if user == DEFAULT_USER else f"{name}@{user}"
+
+
 def _user_column() -> Mapped[str]:
     """Whose taste a row belongs to (`--user` / MAS_USER)."""
     return mapped_column(String(40), default=DEFAULT_USER, server_default=DEFAULT_USER, index=True)

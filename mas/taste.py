@@ -211,31 +211,29 @@ def fit(picks: Sequence[Pick], *, settings: Settings) -> Fit:
     return Fit(taste=taste, validation=-np.logaddexp(0.0, -held * temperature))
 
 
-def _weights(diffs: np.ndarray, regularisation: float) -> np.ndarray:
+def _weights(diffs: np.ndarray, regularisation: float, *, sure: float = 1.0) -> np.ndarray:
     """Logistic regression on the differences, with no intercept: a pair read both ways is the same pick, so
-    each difference is shown as a win (x_a - x_b) and as a loss (x_b - x_a)."""
+    each difference is shown as a win (x_a - x_b) and as a loss (x_b - x_a). `sure` below 1 makes the
+    targets soft: each is that likely to be the user's side, the rest of its weight on the other."""
     from sklearn.linear_model import LogisticRegression
 
     x = np.vstack([diffs, -diffs])
     y = np.r_[np.ones(len(diffs)), np.zeros(len(diffs))]
+    weight = np.ones(len(x))
+    if sure < 1.0:
+        x, y, weight = np.vstack([x, x]), np.r_[y, 1 - y], np.r_[np.full(len(x), sure), np.full(len(x), 1 - sure)]
     model = LogisticRegression(C=regularisation, fit_intercept=False, max_iter=1000)
-    return model.fit(x, y).coef_[0]
+    return model.fit(x, y, sample_weight=weight).coef_[0]
 
 
 def _temperature(held_out_logits: np.ndarray) -> float:
     """The scale t minimising the log-loss of sigmoid(t * logit) on predictions made without the pick:
-    Platt scaling with no intercept (a pair has no side), all but unregularised, kept within [0.01, 100].
-    As Platt (1999) does, the targets are (n + 1) / (n + 2) and 1 / (n + 2) instead of 1 and 0: when every
-    held-out prediction was right (a consistent user, few picks), plain log-loss would push t to its bound
-    and the taste would call a guess certain."""
-    from sklearn.linear_model import LogisticRegression
-
+    Platt scaling with no intercept (a pair has no side), which is the same logistic regression on the one
+    feature `logit`, all but unregularised, kept within [0.01, 100]. As Platt (1999) does, the targets are
+    (n + 1) / (n + 2) rather than 1: when every held-out prediction was right (a consistent user, few picks),
+    plain log-loss would push t to its bound and the taste would call a guess certain."""
     if not np.any(held_out_logits):
         return 1.0
     n = len(held_out_logits)
-    sure = (n + 1) / (n + 2)
-    x = np.concatenate([held_out_logits, held_out_logits, -held_out_logits, -held_out_logits])[:, None]
-    y = np.r_[np.ones(n), np.zeros(n), np.zeros(n), np.ones(n)]
-    weight = np.r_[np.full(n, sure), np.full(n, 1 - sure), np.full(n, sure), np.full(n, 1 - sure)]
-    model = LogisticRegression(C=PLATT_REGULARISATION, fit_intercept=False, max_iter=1000)
-    return float(np.clip(model.fit(x, y, sample_weight=weight).coef_[0][0], 0.01, 100.0))
+    t = _weights(held_out_logits[:, None], PLATT_REGULARISATION, sure=(n + 1) / (n + 2))[0]
+    return float(np.clip(t, 0.01, 100.0))

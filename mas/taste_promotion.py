@@ -69,9 +69,8 @@ class Served:
 
     taste: PairwiseTaste
     version: int | None
-    last_pick: int | None = None
-    """The id of the newest pick the version was fitted on; None when not recorded (every pick counts as
-    seen, and nothing unseen can speak against a newer version)."""
+    last_pick: int = 0
+    """The id of the newest pick the version was fitted on (0 for the default: it saw none)."""
 
     @property
     def name(self) -> str:
@@ -79,7 +78,7 @@ class Served:
 
     def unseen(self, pick: Pick) -> bool:
         """Whether this version was fitted without `pick`."""
-        return self.version is None or (self.last_pick is not None and pick.selection_id > self.last_pick)
+        return pick.selection_id > self.last_pick
 
 
 def served(settings: Settings) -> Served:
@@ -93,7 +92,7 @@ def served(settings: Settings) -> Served:
         taste = PairwiseTaste.from_json(row.model.get("served", {})) if row is not None else PairwiseTaste.default()
         if taste.is_default:  # none yet, or stored on other features: the default serves until a tune refits it
             return Served(taste=taste, version=None)
-        return Served(taste=taste, version=row.version, last_pick=row.model.get("last_pick"))
+        return Served(taste=taste, version=row.version, last_pick=int(row.model["last_pick"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +113,7 @@ def judge(candidate: np.ndarray, current: np.ndarray, *, picks: np.ndarray, agai
     (clustered by pick)."""
     difference = candidate - current
     n, count = len(difference), len(np.unique(picks))
-    mean = float(difference.mean()) if n else 0.0
+    mean = float(difference.mean())
     if count > 1:
         totals = np.bincount(np.unique(picks, return_inverse=True)[1], weights=difference - mean)
         error = float(math.sqrt(count / (count - 1) * np.sum(totals**2)) / n)
@@ -124,18 +123,13 @@ def judge(candidate: np.ndarray, current: np.ndarray, *, picks: np.ndarray, agai
         promote = mean - STANDARD_ERRORS * error > 0
     else:
         promote = not mean + STANDARD_ERRORS * error < 0
-    return Verdict(promote=promote, pairs=n, accuracy=_accuracy(candidate), log_likelihood=_mean(candidate),
-                   current_accuracy=_accuracy(current), current_log_likelihood=_mean(current), standard_error=error)
-
-
-def _mean(values: np.ndarray) -> float:
-    return float(values.mean()) if len(values) else math.nan
+    return Verdict(promote=promote, pairs=n, accuracy=_accuracy(candidate), log_likelihood=float(candidate.mean()),
+                   current_accuracy=_accuracy(current), current_log_likelihood=float(current.mean()),
+                   standard_error=error)
 
 
 def _accuracy(log_likelihoods: np.ndarray) -> float:
     """Share of pairs whose chosen side is favoured (log P > log 0.5); a tie counts half."""
-    if not len(log_likelihoods):
-        return math.nan
     half = math.log(0.5)
     return float(np.mean(np.where(np.isclose(log_likelihoods, half), 0.5, log_likelihoods > half)))
 
@@ -177,7 +171,7 @@ def tune_taste(settings: Settings) -> TasteReport:
                            pairs=pairs)
     current = served(settings)
     fresh = [current.unseen(p) for p in picks]
-    if current.version is not None and not any(fresh):
+    if not any(fresh):
         reason = f"no pick since {current.name}, which serves {settings.user}: nothing new to learn, nothing was trained."
         return TasteReport(user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks),
                            pairs=pairs, current_version=current.version)

@@ -24,7 +24,7 @@ from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
 from mas.text import check_storable
-from mas.models import DEFAULT_USER, MemoryBlock, MemoryBlockChange
+from mas.models import MemoryBlock, MemoryBlockChange, users_own
 
 Grade = Literal["A", "B", "C", "D", "F"]
 
@@ -155,9 +155,7 @@ def row_label(settings: Settings, label: str) -> str:
     """The row that holds `label` for `settings.user`: `label` itself, or `label@user` for a per-user block of
     a named user (the default user keeps the plain rows, which a studio had before users existed)."""
     _schema(label)
-    if label in PER_USER and settings.user != DEFAULT_USER:
-        return f"{label}@{settings.user}"
-    return label
+    return users_own(label, settings.user) if label in PER_USER else label
 
 
 def _schema(label: str) -> type[_Block]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from mas.agents.letta.client import translated
 from mas.agents.letta.errors import LettaRejected, LettaUnavailable
-from mas.models import DEFAULT_USER
+from mas.models import DEFAULT_USER, users_own
 from mas.memory.blocks import PER_USER, SCHEMAS
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ USER_TAG_PREFIX = f"{TAG}:user:"
 def agent_name(role: str, user: str = DEFAULT_USER) -> str:
     """What the studio calls `user`'s agent for `role` (its lock, maintenance's log): the role itself for
     the default user, `role@user` otherwise."""
-    return role if user == DEFAULT_USER else f"{role}@{user}"
+    return users_own(role, user)
 
 
 def letta_name(role: str, user: str = DEFAULT_USER) -> str:
