@@ -50,7 +50,9 @@ from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 from gpu.preference_model import PROMPT_TEMPLATE, PreferenceModel, promoted_adapter  # noqa: E402
 from gpu.tuner import tune  # noqa: E402
 from mas import db  # noqa: E402
+from mas.ab_design import offer  # noqa: E402
 from mas.agents.offline import AB_APPROACHES  # noqa: E402
+from mas.agents.roles import Plan, PlannedVideo  # noqa: E402
 from mas.config import Settings  # noqa: E402
 from mas.db import session_scope  # noqa: E402
 from mas.models import ABSelection, ABTest  # noqa: E402
@@ -76,8 +78,8 @@ TEST_CONCEPTS = tuple(f"a {c}" for c in (
 ))
 CONFIG = TINY
 """The tests' settings for the tiny model: a real base model wants the defaults (learning rate 5e-5, ...)."""
-APPROACHES = ("DPO alone", "pairwise alone", "combination")
-PAIRWISE_USER, COMBINED_USER = "bench-pairwise", "bench-combined"
+APPROACHES = ("DPO alone", "pairwise alone", "combination", "pairwise, no A/B design")
+PAIRWISE_USER, COMBINED_USER, UNDESIGNED_USER = "bench-pairwise", "bench-combined", "bench-undesigned"
 
 
 @dataclass(frozen=True)
@@ -142,15 +144,37 @@ class ABCase:
         return out
 
 
-def ab_case(rng: random.Random, user: SimulatedUser, concepts: tuple[str, ...], variations: int) -> ABCase:
-    concept = rng.choice(concepts)
+def draw_variations(rng: random.Random, concept: str, count: int) -> list[Variation]:
+    """`count` distinct variations of `concept`, at random (what a Director might propose)."""
     options: list[Variation] = []
-    while len(options) < variations:
+    while len(options) < count:
         v = Variation(concept, rng.choice(AB_APPROACHES), rng.choice(COLOURS), rng.choice(MOODS),
                       round(rng.uniform(0.3, 0.9), 3))
         if all((v.approach, v.colour, v.mood) != (o.approach, o.colour, o.mood) for o in options):
             options.append(v)
+    return options
+
+
+def ab_case(rng: random.Random, user: SimulatedUser, concepts: tuple[str, ...], variations: int) -> ABCase:
+    """A test A/B test: random variations of a random concept, and the user's pick."""
+    concept = rng.choice(concepts)
+    options = draw_variations(rng, concept, variations)
     return ABCase(concept, options, user.pick(rng, options))
+
+
+def designed_cases(rng: random.Random, undesigned_rng: random.Random, user: SimulatedUser, settings: Settings,
+                   *, variations: int) -> tuple[ABCase, ABCase]:
+    """A training A/B test as the studio makes one, and the same without the design. The Director proposes
+    `variations * settings.ab_proposals` variations; `mas.ab_design.offer` shows `variations` of them, chosen
+    on `settings.user`'s picks so far. Without the design, the first proposals are shown (random ones); that
+    user's picks are drawn from their own generator, so the studio's arm is the same with or without it."""
+    concept = rng.choice(TRAIN_CONCEPTS)
+    proposals = draw_variations(rng, concept, variations * settings.ab_proposals)
+    by_approach = {v.prompt.removeprefix(f"{concept}, "): v for v in proposals}
+    plan = Plan(videos=[PlannedVideo(concept=concept, approach=a) for a in by_approach])
+    shown = [by_approach[v.approach] for v in offer(plan, count=variations, settings=settings).videos]
+    first = proposals[:variations]
+    return ABCase(concept, shown, user.pick(rng, shown)), ABCase(concept, first, user.pick(undesigned_rng, first))
 
 
 def grade_preference(settings: Settings, base: Path, cases: list[ABCase]) -> None:
@@ -260,11 +284,18 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
     test_set = [ab_case(rng, user, TEST_CONCEPTS, args.variations) for _ in range(args.test_choices)]
     reset(settings)
     pairwise_user, combined_user = settings.for_user(PAIRWISE_USER), settings.for_user(COMBINED_USER)
-    rows, made = [], 0
+    undesigned_user, undesigned_rng = settings.for_user(UNDESIGNED_USER), random.Random(f"undesigned {seed}")
+    rows, made, design_seconds = [], 0, []
     for checkpoint in sorted(args.checkpoints):
-        cases = [ab_case(rng, user, TRAIN_CONCEPTS, args.variations) for _ in range(checkpoint - made)]
+        cases = []
+        for _ in range(checkpoint - made):  # one at a time: each A/B test is designed on the picks before it
+            started = time.perf_counter()
+            case, undesigned = designed_cases(rng, undesigned_rng, user, pairwise_user, variations=args.variations)
+            design_seconds.append(time.perf_counter() - started)
+            cases.append(case)
+            record(pairwise_user, [case], with_preference=False)
+            record(undesigned_user, [undesigned], with_preference=False)
         grade_preference(settings, base, cases)  # graded by the adapter served before these picks
-        record(pairwise_user, cases, with_preference=False)
         record(combined_user, cases, with_preference=True)
         made = checkpoint
         row = Row(temperature, seed, checkpoint,
@@ -275,13 +306,16 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
         started = time.perf_counter()
         pairwise = tune_taste(pairwise_user)
         row.seconds["pairwise tune"] = time.perf_counter() - started
+        row.seconds["A/B design"] = statistics.mean(design_seconds)
+        undesigned = tune_taste(undesigned_user)
         row.reasons = {"DPO alone": report.reason, "combination": report.taste.reason if report.taste else "",
-                       "pairwise alone": pairwise.reason}
+                       "pairwise alone": pairwise.reason, "pairwise, no A/B design": undesigned.reason}
         grade_preference(settings, base, test_set)
         row.served = {
             "DPO alone": measure_dpo(settings, base, test_set),
             "pairwise alone": measure_taste(pairwise_user, test_set, with_preference=False),
             "combination": measure_taste(combined_user, test_set, with_preference=True),
+            "pairwise, no A/B design": measure_taste(undesigned_user, test_set, with_preference=False),
         }
         rows.append(row)
         print(f"temperature {temperature} seed {seed} after {checkpoint} picks: " + "; ".join(
@@ -311,6 +345,10 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "- user: utility = a·warmth(colour) + b·energy(mood) + c·warmth·energy + d·motion(approach) + "
         "4|e|·(aesthetic − 0.5), a..e ~ N(0, 1) drawn per seed; warmth, energy and motion are never named in a "
         f"prompt; {args.variations} variations per A/B test, aesthetic score U(0.3, 0.9)",
+        f"- training A/B tests: the Director proposes {args.variations * args.proposals} random variations and "
+        f"the test shows {args.variations}, those whose pick teaches the taste most on the picks so far "
+        "(`mas.ab_design`, as the studio does); `pairwise, no A/B design` is the pairwise taste of the same user "
+        "shown the first proposals instead (random variations), on the same proposals",
         f"- training: {len(TRAIN_CONCEPTS)} concepts; test: {args.test_choices} fresh A/B tests of "
         f"{len(TEST_CONCEPTS)} other concepts, the same for every checkpoint of a seed; {args.seeds} seeds per user",
         "- DPO: tiny random Llama (hidden 64, 2 layers), word-level tokenizer trained on the prompt vocabulary; "
@@ -354,7 +392,19 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         if got:
             mean = statistics.mean(got)
             out.append(f"- {label}: {mean:.1%} (goal {goal:.0%}: {'met' if mean >= goal else 'NOT met'})")
+    out.append("\n## What the A/B design gains (the pairwise taste, with it minus without it, paired by seed)\n")
+    for temperature in args.temperatures:
+        for checkpoint in sorted(args.checkpoints):
+            at = [r for r in rows if r.choices == checkpoint and r.temperature == temperature]
+            gains = {metric: [getattr(r.served["pairwise alone"], metric) - getattr(r.served["pairwise, no A/B design"], metric)
+                              for r in at if r.served["pairwise alone"] and r.served["pairwise, no A/B design"]]
+                     for metric in ("pairwise", "top1")}
+            if len(gains["pairwise"]) > 1:
+                out.append(f"- T={temperature}, {checkpoint} picks ({len(gains['pairwise'])} seeds with both served): "
+                           + "; ".join(f"{metric} {statistics.mean(g):+.1%} ± {statistics.stdev(g) / math.sqrt(len(g)):.1%}"
+                                       for metric, g in gains.items()) + " (mean ± standard error)")
     mean_tune = statistics.mean(r.seconds["pairwise tune"] for r in rows)
+    mean_design = statistics.mean(r.seconds["A/B design"] for r in rows)
     out += ["\n## Reading these figures\n",
             "- The test concepts never appear in training, so what carries over is the taste for warmth, energy, "
             "motion and looks, learned from the embeddings of words that carry them and from the scores.",
@@ -363,6 +413,8 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
             "taste with the DPO axis as one more feature, weighted by what it earned on the picks.",
             f"- A pairwise tune (fit with cross-validation, judge, store) took {mean_tune:.2f} s on average here, "
             "embeddings included.",
+            f"- Choosing which variations to show (`mas.ab_design.offer`: the user's picks read, their features and "
+            f"the proposals' computed) took {mean_design:.2f} s per A/B test on average, on the CPU.",
             "\n## Promotion decisions (last seed of each user)\n"]
     for temperature in args.temperatures:
         last = [r for r in rows if r.temperature == temperature and r.seed == args.seeds - 1]
@@ -381,6 +433,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="tastes simulated per user kind, one per seed (default: 8)")
     parser.add_argument("--test-choices", type=int, default=200, help="fresh A/B tests measured (default: 200)")
     parser.add_argument("--variations", type=int, default=3, help="variations per A/B test (default: 3)")
+    parser.add_argument("--proposals", type=int, default=None,
+                        help="variations proposed per one shown (default: the studio's MAS_AB_PROPOSALS)")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.5],
                         help="user kinds: 0 always picks its favourite, > 0 picks by softmax (default: 0 0.5)")
     parser.add_argument("--database-url", default=None,
@@ -400,7 +454,8 @@ def main(argv: list[str] | None = None) -> None:
     texts += [Variation("", a, c, m, 0.5).prompt for a in AB_APPROACHES for c in COLOURS for m in MOODS]
     base = build_tiny_lm(data_dir / "tiny-llama", texts=texts)
     settings = Settings(data_dir=data_dir, database_url=args.database_url, preference_base_model_path=base,
-                        min_preference_pairs=8)
+                        min_preference_pairs=8, **({"ab_proposals": args.proposals} if args.proposals else {}))
+    args.proposals = settings.ab_proposals  # the report says how many were proposed
     started = time.perf_counter()
     try:
         rows = [row for temperature in args.temperatures for seed in range(args.seeds)

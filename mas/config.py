@@ -184,6 +184,11 @@ class Settings(BaseSettings):
         default=1, ge=1, le=8,
         description="Prompts the llm Writer proposes per attempt; above 1 the user's taste picks one.",
     )
+    ab_proposals: int = Field(
+        default=3, ge=1, le=8,
+        description="Variations the Director proposes per variation an A/B test shows (at most 26 in all); the "
+        "studio shows those whose pick teaches the user's taste the most (`mas.ab_design`). 1: the Director's own.",
+    )
 
     # --- gallery -------------------------------------------------------------------------------
     gallery_user: str | None = Field(default=None, description="Gallery basic-auth user (`mas serve`).")

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from celery import chain
 from celery.exceptions import Ignore
 
-from mas import agents, leases, names, states
+from mas import ab_design, agents, leases, names, states
 from mas.agents.roles import WriterBrief
 from mas.celery_app import app, prioritized
 from mas.db import session_scope
@@ -105,7 +105,11 @@ def plan_batch(self, batch_id: int) -> dict:
                 series = Series(name=name, theme=request.theme, episodes_planned=0, episodes_completed=0)
                 session.add(series)
                 session.flush()
-        plan = crew.director.plan(request, episodes_done=series.episodes_planned if series else 0)
+        if batch.kind == "ab":  # the Director proposes, the studio shows what teaches the user's taste most
+            proposals = crew.director.plan(ab_design.proposals_request(request, settings=settings))
+            plan = ab_design.offer(proposals, count=request.count, settings=settings)
+        else:
+            plan = crew.director.plan(request, episodes_done=series.episodes_planned if series else 0)
         if series is not None:
             series.style = series.style or plan.series_style
             series.consistency_rules = series.consistency_rules or plan.consistency_rules

@@ -1,0 +1,111 @@
+"""Which variations an A/B test offers: those whose pick would teach the user's taste the most.
+
+The Director proposes more variations than the test shows. A pick among variations that differ only where
+the studio already knows the user's taste teaches little; one among variations that differ where it does
+not teaches much. So the studio offers the set that maximises the expected information of the pick about
+the taste's weights (Bayesian D-optimal design for the multinomial logit of `mas.taste`):
+
+- what is known is the information of the user's past picks, `A = prior + sum over picks of F(pick)`, where
+  the information of one choice among k options, taken where every option is equally likely (no labels are
+  needed, so the design is the same whoever wins), is `F = (1/k) X^T (I - 11^T/k) X` on the options'
+  taste features X;
+- a candidate set S is worth `log det(A + F(S)) - log det(A) = log det(I + (1/k) C X_S A^-1 X_S^T C)`,
+  a k x k determinant (C centres the set);
+- the set is grown greedily, one variation at a time, which is the standard approximation for log det.
+
+With no pick yet, A is the prior and the set is simply the most varied one. The learning benchmark measures
+what this gains over offering the Director's first variations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from mas.agents.roles import Plan
+from mas.config import Settings
+from mas.requests import MAX_VARIATIONS, ProductionRequest
+from mas.taste import Option, Pick, features
+from mas.taste_promotion import load_picks
+
+log = logging.getLogger(__name__)
+
+PRIOR_PRECISION = 0.5
+"""The information the studio has before any pick, per feature: the L2 penalty of a taste fitted at
+regularisation 1 (the middle of `mas.taste.REGULARISATION_GRID`) read as a Gaussian prior's precision."""
+
+
+def choice_information(rows: np.ndarray) -> np.ndarray:
+    """F = (1/k) X^T C X: the Fisher information about the weights of one pick among these k options,
+    taken where each is equally likely."""
+    centred = rows - rows.mean(axis=0)
+    return centred.T @ centred / len(rows)
+
+
+def known_information(picks: Sequence[Pick], *, settings: Settings) -> np.ndarray:
+    """A: the prior plus the information of every past pick (whatever was picked)."""
+    options = [[p.chosen, *p.rejected] for p in picks]
+    rows = features([o for group in options for o in group], settings=settings)
+    known = None
+    at = 0
+    for group in options:
+        information = choice_information(rows[at: at + len(group)])
+        known = information if known is None else known + information
+        at += len(group)
+    size = rows.shape[1]
+    return PRIOR_PRECISION * np.eye(size) + (known if known is not None else 0.0)
+
+
+def set_value(uncertainty: np.ndarray, chosen: Sequence[int], *, count: int) -> float:
+    """log det(I + (1/count) C K_S C): what a pick among `chosen` would add, K = X A^-1 X^T over the pool."""
+    kernel = uncertainty[np.ix_(chosen, chosen)]
+    centring = np.eye(len(chosen)) - 1.0 / len(chosen)
+    return float(np.linalg.slogdet(np.eye(len(chosen)) + centring @ kernel @ centring / count)[1])
+
+
+def most_informative(options: Sequence[Option], *, count: int, picks: Sequence[Pick], settings: Settings) -> list[int]:
+    """Indices (ascending) of the `count` options whose pick would teach `picks`' owner's taste the most."""
+    if count >= len(options):
+        return list(range(len(options)))
+    rows = features(options, settings=settings)
+    uncertainty = rows @ np.linalg.solve(known_information(picks, settings=settings), rows.T)
+    chosen: list[int] = []
+    while len(chosen) < count:
+        rest = [i for i in range(len(options)) if i not in chosen]
+        if not chosen:  # one option alone teaches nothing: start from the most informative pair
+            pair = max(((a, b) for a in rest for b in rest if a < b),
+                       key=lambda ab: set_value(uncertainty, ab, count=count))
+            chosen.extend(pair)
+            continue
+        chosen.append(max(rest, key=lambda i: set_value(uncertainty, [*chosen, i], count=count)))
+    return sorted(chosen)
+
+
+def proposals_request(request: ProductionRequest, *, settings: Settings) -> ProductionRequest:
+    """What the Director is asked for an A/B test: `settings.ab_proposals` variations per one shown."""
+    return replace(request, count=min(request.count * settings.ab_proposals, MAX_VARIATIONS))
+
+
+def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
+    """The `count` proposed variations `settings.user` is shown, in the Director's order, labelled A, B, ...
+
+    Proposals repeating an approach are dropped first; with fewer than `count` distinct ones left, the
+    Director's first `count` are shown as they are."""
+    seen: set[str] = set()
+    distinct = []
+    for video in plan.videos:
+        key = " ".join(f"{video.concept} {video.approach}".lower().split())
+        if key not in seen:
+            seen.add(key)
+            distinct.append(video)
+    if len(distinct) < count:
+        shown = list(plan.videos[:count])
+    else:
+        options = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct]
+        shown = [distinct[i] for i in most_informative(options, count=count, picks=load_picks(settings), settings=settings)]
+        log.info("A/B test for %s: %d proposals, showing %s", settings.user, len(plan.videos),
+                 [v.approach for v in shown])
+    return replace(plan, videos=[replace(v, label=chr(ord("A") + i)) for i, v in enumerate(shown)])

@@ -1,0 +1,75 @@
+"""Which variations an A/B test shows (`mas.ab_design`), on the shipped MiniLM embedder and real PostgreSQL:
+the ones whose pick teaches the user's taste the most, decided on that user's picks alone."""
+
+from __future__ import annotations
+
+import random
+
+from mas.ab_design import offer, proposals_request
+from mas.agents.roles import Plan, PlannedVideo
+from mas.db import session_scope
+from mas.models import ABSelection, ABTest
+from mas.requests import ProductionRequest
+
+MOODS = ("serene", "epic", "melancholic", "whimsical", "gritty")
+COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")
+PROPOSALS = [  # three that differ only in palette, three only in mood
+    ("purple", "serene"), ("teal", "serene"), ("gold", "serene"),
+    ("silver", "epic"), ("silver", "melancholic"), ("silver", "whimsical"),
+]
+
+
+def _compared(settings, *, kind: str, count: int) -> None:
+    """`count` picks by `settings.user` between two variations that differ only in mood (on a silver
+    palette) or only in palette (in a serene mood), stored as `mas pick` stores them."""
+    rng = random.Random(7)
+    with session_scope(settings) as session:
+        for _ in range(count):
+            if kind == "mood":
+                a, b = (f"silver palette, {m} atmosphere" for m in rng.sample(MOODS, 2))
+            else:
+                a, b = (f"{c} palette, serene atmosphere" for c in rng.sample(COLOURS, 2))
+            test = ABTest(concept="a dragon", status="closed", winner_label="A", user_name=settings.user)
+            session.add(test)
+            session.flush()
+            session.add(ABSelection(
+                test_id=test.id, chosen_label="A", chosen_prompt=f"a dragon, slow dolly-in, {a}",
+                rejected_prompts=[f"a dragon, slow dolly-in, {b}"], concept="a dragon", user_name=settings.user,
+            ))
+
+
+def _shown(settings) -> list[tuple[str, str]]:
+    plan = Plan(videos=[PlannedVideo(concept="a comet", label=chr(ord("A") + i),
+                                     approach=f"slow dolly-in, {c} palette, {m} atmosphere")
+                        for i, (c, m) in enumerate(PROPOSALS)])
+    shown = offer(plan, count=3, settings=settings)
+    assert [v.label for v in shown.videos] == ["A", "B", "C"]
+    return [PROPOSALS[[f"slow dolly-in, {c} palette, {m} atmosphere" for c, m in PROPOSALS].index(v.approach)]
+            for v in shown.videos]
+
+
+def test_a_user_is_shown_variations_where_their_picks_have_not_been_yet(clean):
+    alice, bob, carol = clean.for_user("alice"), clean.for_user("bob"), clean.for_user("carol")
+    _compared(alice, kind="mood", count=20)
+    _compared(carol, kind="palette", count=20)
+    for_bob = _shown(bob)  # no picks: the most varied set
+    for_alice, for_carol = _shown(alice), _shown(carol)
+    assert len({c for c, _ in for_alice}) == 3  # alice has only compared moods: she is asked about palettes
+    assert len({c for c, _ in for_bob}) < 3 and for_bob != for_alice  # and her picks never moved bob's design
+    assert len({m for _, m in for_carol}) == 3  # carol has only compared palettes: she is asked about moods
+    assert _shown(bob) == for_bob  # the same picks, the same design
+
+
+def test_the_director_proposes_more_and_repeats_or_too_few_are_not_shown(clean):
+    request = ProductionRequest(text="x", kind="ab", count=3, theme="a comet")
+    assert proposals_request(request, settings=clean).count == 9  # MAS_AB_PROPOSALS=3 per variation shown
+    assert proposals_request(request, settings=clean.model_copy(update={"ab_proposals": 1})).count == 3
+    assert proposals_request(ProductionRequest(text="x", kind="ab", count=20, theme="a comet"), settings=clean).count == 26
+
+    approaches = ["slow dolly-in", "Slow  dolly-in", "aerial drone sweep", "slow dolly-in", "macro detail shot"]
+    plan = Plan(videos=[PlannedVideo(concept="a comet", label="x", approach=a) for a in approaches])
+    shown = offer(plan, count=3, settings=clean)
+    assert sorted(v.approach.lower() for v in shown.videos) == ["aerial drone sweep", "macro detail shot", "slow dolly-in"]
+    assert [v.label for v in shown.videos] == ["A", "B", "C"]
+    too_few = offer(Plan(videos=plan.videos[:2] + plan.videos[3:4]), count=3, settings=clean)
+    assert [v.approach for v in too_few.videos] == ["slow dolly-in", "Slow  dolly-in", "slow dolly-in"]
