@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
+from itertools import combinations
 
 import numpy as np
 
@@ -47,16 +49,14 @@ def choice_information(rows: np.ndarray) -> np.ndarray:
 
 def known_information(picks: Sequence[Pick], *, settings: Settings) -> np.ndarray:
     """A: the prior plus the information of every past pick (whatever was picked)."""
-    options = [[p.chosen, *p.rejected] for p in picks]
-    rows = features([o for group in options for o in group], settings=settings)
-    known = None
+    groups = [[p.chosen, *p.rejected] for p in picks]
+    rows = features([o for group in groups for o in group], settings=settings)
+    known = PRIOR_PRECISION * np.eye(rows.shape[1])
     at = 0
-    for group in options:
-        information = choice_information(rows[at: at + len(group)])
-        known = information if known is None else known + information
+    for group in groups:
+        known += choice_information(rows[at: at + len(group)])
         at += len(group)
-    size = rows.shape[1]
-    return PRIOR_PRECISION * np.eye(size) + (known if known is not None else 0.0)
+    return known
 
 
 def set_value(uncertainty: np.ndarray, chosen: Sequence[int], *, count: int) -> float:
@@ -67,20 +67,17 @@ def set_value(uncertainty: np.ndarray, chosen: Sequence[int], *, count: int) -> 
 
 
 def most_informative(options: Sequence[Option], *, count: int, picks: Sequence[Pick], settings: Settings) -> list[int]:
-    """Indices (ascending) of the `count` options whose pick would teach `picks`' owner's taste the most."""
+    """Indices (ascending) of the `count` (at least 2: an A/B test) options whose pick would teach `picks`'
+    owner's taste the most."""
     if count >= len(options):
         return list(range(len(options)))
     rows = features(options, settings=settings)
     uncertainty = rows @ np.linalg.solve(known_information(picks, settings=settings), rows.T)
-    chosen: list[int] = []
+    value = partial(set_value, uncertainty, count=count)
+    # one option alone teaches nothing: start from the most informative pair, then add one at a time
+    chosen = list(max(combinations(range(len(options)), 2), key=value))
     while len(chosen) < count:
-        rest = [i for i in range(len(options)) if i not in chosen]
-        if not chosen:  # one option alone teaches nothing: start from the most informative pair
-            pair = max(((a, b) for a in rest for b in rest if a < b),
-                       key=lambda ab: set_value(uncertainty, ab, count=count))
-            chosen.extend(pair)
-            continue
-        chosen.append(max(rest, key=lambda i: set_value(uncertainty, [*chosen, i], count=count)))
+        chosen.append(max((i for i in range(len(options)) if i not in chosen), key=lambda i: value([*chosen, i])))
     return sorted(chosen)
 
 
@@ -92,7 +89,7 @@ def proposals_request(request: ProductionRequest, *, settings: Settings) -> Prod
 def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
     """The `count` proposed variations `settings.user` is shown, in the Director's order, labelled A, B, ...
 
-    Proposals repeating an approach are dropped first; with fewer than `count` distinct ones left, the
+    Proposals repeating the concept and approach of an earlier one are dropped first; with fewer than `count` distinct ones left, the
     Director's first `count` are shown as they are."""
     seen: set[str] = set()
     distinct = []
