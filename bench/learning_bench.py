@@ -22,7 +22,7 @@ tests of concepts never trained on, for what each approach serves (its promoted 
 By default the benchmark starts its own embedded PostgreSQL in a temporary folder and removes it at the
 end. With --database-url it uses that server instead and EMPTIES ITS A/B, ADAPTER AND TASTE TABLES.
 
-    python bench/learning_bench.py                 # 8 seeds x 2 users, checkpoints 10 25 50, 200 test choices
+    python bench/learning_bench.py                 # 16 seeds x 2 users, checkpoints 10 25 50, 200 test choices
     python bench/learning_bench.py --seeds 1 --temperatures 0 --test-choices 50     # a quick look
 """
 
@@ -346,7 +346,8 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "4|e|·(aesthetic − 0.5), a..e ~ N(0, 1) drawn per seed; warmth, energy and motion are never named in a "
         f"prompt; {args.variations} variations per A/B test, aesthetic score U(0.3, 0.9)",
         f"- training A/B tests: the Director proposes {args.variations * args.proposals} random variations and "
-        f"the test shows {args.variations}, those whose pick teaches the taste most on the picks so far "
+        f"the test shows {args.variations}, those whose pick teaches the taste most on the picks so far and the "
+        "taste serving the user "
         "(`mas.ab_design`, as the studio does); `pairwise, no A/B design` is the pairwise taste of the same user "
         "shown the first proposals instead (random variations), on the same proposals",
         f"- training: {len(TRAIN_CONCEPTS)} concepts; test: {args.test_choices} fresh A/B tests of "
@@ -391,7 +392,9 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
                for r in rows if r.choices == max(args.checkpoints) and r.temperature == temperature]
         if got:
             mean = statistics.mean(got)
-            out.append(f"- {label}: {mean:.1%} (goal {goal:.0%}: {'met' if mean >= goal else 'NOT met'})")
+            error = statistics.stdev(got) / math.sqrt(len(got)) if len(got) > 1 else math.nan
+            out.append(f"- {label}: {mean:.1%} ± {error:.1%} standard error over {len(got)} seeds "
+                       f"(goal {goal:.0%}: {'met' if mean >= goal else 'NOT met'})")
     out.append("\n## What the A/B design gains (the pairwise taste, with it minus without it, paired by seed)\n")
     for temperature in args.temperatures:
         for checkpoint in sorted(args.checkpoints):
@@ -429,8 +432,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[10, 25, 50],
                         help="numbers of choices after which `tune` runs (default: 10 25 50)")
-    parser.add_argument("--seeds", type=int, default=8,
-                        help="tastes simulated per user kind, one per seed (default: 8)")
+    parser.add_argument("--seeds", type=int, default=16,
+                        help="tastes simulated per user kind, one per seed (default: 16)")
     parser.add_argument("--test-choices", type=int, default=200, help="fresh A/B tests measured (default: 200)")
     parser.add_argument("--variations", type=int, default=3, help="variations per A/B test (default: 3)")
     parser.add_argument("--proposals", type=int, default=None,

@@ -1,20 +1,23 @@
 """Which variations an A/B test offers: those whose pick would teach the user's taste the most.
 
 The Director proposes more variations than the test shows. A pick among variations that differ only where
-the studio already knows the user's taste teaches little; one among variations that differ where it does
-not teaches much. So the studio offers the set that maximises the expected information of the pick about
-the taste's weights (Bayesian D-optimal design for the multinomial logit of `mas.taste`):
+the studio already knows the user's taste teaches little, and so does one whose winner the studio can
+already call; one among variations that differ where it does not, and that it expects about equally, teaches
+much. So the studio offers the set that maximises the expected information of the pick about the taste's
+weights (locally D-optimal sequential design for the multinomial logit of `mas.taste`, taken at the taste
+serving the user):
 
-- what is known is the information of the user's past picks, `A = prior + sum over picks of F(pick)`, where
-  the information of one choice among k options, taken where every option is equally likely (no labels are
-  needed, so the design is the same whoever wins), is `F = (1/k) X^T (I - 11^T/k) X` on the options'
-  taste features X;
-- a candidate set S is worth `log det(A + F(S)) - log det(A) = log det(I + (1/k) C X_S A^-1 X_S^T C)`,
-  a k x k determinant (C centres the set);
+- the information of one choice among k options with taste features X, where the served taste expects
+  option i with probability p_i, is `F = X^T (diag(p) - p p^T) X`; it does not depend on which option wins,
+  so the design needs no labels;
+- what is known is the information of the user's past picks, `A = prior + sum over picks of F(pick)`;
+- a candidate set S is worth `log det(A + F(S)) - log det(A) = log det(I + M_S X_S A^-1 X_S^T)`, a k x k
+  determinant, with `M_S = diag(p_S) - p_S p_S^T`;
 - the set is grown greedily, one variation at a time, which is the standard approximation for log det.
 
-With no pick yet, A is the prior and the set is simply the most varied one. The learning benchmark measures
-what this gains over offering the Director's first variations.
+With no taste promoted yet, every option is expected equally (p = 1/k) and, with no pick either, the set is
+simply the most varied one. The learning benchmark measures what this gains over offering the Director's
+first variations.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import numpy as np
 from mas.agents.roles import Plan
 from mas.config import Settings
 from mas.requests import MAX_VARIATIONS, ProductionRequest
-from mas.taste import Option, Pick, features
-from mas.taste_promotion import load_picks
+from mas.taste import Option, PairwiseTaste, Pick, features, softmax
+from mas.taste_promotion import load_picks, served
 
 log = logging.getLogger(__name__)
 
@@ -40,40 +43,42 @@ PRIOR_PRECISION = 0.5
 regularisation 1 (the middle of `mas.taste.REGULARISATION_GRID`) read as a Gaussian prior's precision."""
 
 
-def choice_information(rows: np.ndarray) -> np.ndarray:
-    """F = (1/k) X^T C X: the Fisher information about the weights of one pick among these k options,
-    taken where each is equally likely."""
-    centred = rows - rows.mean(axis=0)
-    return centred.T @ centred / len(rows)
+def choice_information(rows: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """F = X^T (diag(p) - p p^T) X: the Fisher information about the weights of one pick among these
+    options, p being the served taste's expectation of each (uniform for the default taste)."""
+    p = softmax(logits)
+    return rows.T @ ((np.diag(p) - np.outer(p, p)) @ rows)
 
 
-def known_information(picks: Sequence[Pick], *, settings: Settings) -> np.ndarray:
+def known_information(picks: Sequence[Pick], taste: PairwiseTaste, *, settings: Settings) -> np.ndarray:
     """A: the prior plus the information of every past pick (whatever was picked)."""
     groups = [[p.chosen, *p.rejected] for p in picks]
     rows = features([o for group in groups for o in group], settings=settings)
+    logits = rows @ taste.weights
     known = PRIOR_PRECISION * np.eye(rows.shape[1])
     at = 0
     for group in groups:
-        known += choice_information(rows[at: at + len(group)])
+        known += choice_information(rows[at: at + len(group)], logits[at: at + len(group)])
         at += len(group)
     return known
 
 
-def set_value(uncertainty: np.ndarray, chosen: Sequence[int], *, count: int) -> float:
-    """log det(I + (1/count) C K_S C): what a pick among `chosen` would add, K = X A^-1 X^T over the pool."""
-    kernel = uncertainty[np.ix_(chosen, chosen)]
-    centring = np.eye(len(chosen)) - 1.0 / len(chosen)
-    return float(np.linalg.slogdet(np.eye(len(chosen)) + centring @ kernel @ centring / count)[1])
+def set_value(uncertainty: np.ndarray, logits: np.ndarray, chosen: Sequence[int]) -> float:
+    """log det(I + M_S K_S): what a pick among `chosen` would add, K = X A^-1 X^T and `logits` over the pool."""
+    p = softmax(logits[list(chosen)])
+    spread = np.diag(p) - np.outer(p, p)
+    return float(np.linalg.slogdet(np.eye(len(chosen)) + spread @ uncertainty[np.ix_(chosen, chosen)])[1])
 
 
-def most_informative(options: Sequence[Option], *, count: int, picks: Sequence[Pick], settings: Settings) -> list[int]:
-    """Indices (ascending) of the `count` (at least 2: an A/B test) options whose pick would teach `picks`'
-    owner's taste the most."""
+def most_informative(options: Sequence[Option], *, count: int, picks: Sequence[Pick], taste: PairwiseTaste,
+                     settings: Settings) -> list[int]:
+    """Indices (ascending) of the `count` (at least 2: an A/B test) options whose pick would teach the
+    owner of `picks` and `taste` (the taste serving them) the most."""
     if count >= len(options):
         return list(range(len(options)))
     rows = features(options, settings=settings)
-    uncertainty = rows @ np.linalg.solve(known_information(picks, settings=settings), rows.T)
-    value = partial(set_value, uncertainty, count=count)
+    uncertainty = rows @ np.linalg.solve(known_information(picks, taste, settings=settings), rows.T)
+    value = partial(set_value, uncertainty, rows @ taste.weights)
     # one option alone teaches nothing: start from the most informative pair, then add one at a time
     chosen = list(max(combinations(range(len(options)), 2), key=value))
     while len(chosen) < count:
@@ -89,8 +94,8 @@ def proposals_request(request: ProductionRequest, *, settings: Settings) -> Prod
 def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
     """The `count` proposed variations `settings.user` is shown, in the Director's order, labelled A, B, ...
 
-    Proposals repeating the concept and approach of an earlier one are dropped first; with fewer than `count` distinct ones left, the
-    Director's first `count` are shown as they are."""
+    Proposals repeating the concept and approach of an earlier one are dropped first; with fewer than `count`
+    distinct ones left, the Director's first `count` are shown as they are."""
     seen: set[str] = set()
     distinct = []
     for video in plan.videos:
@@ -102,7 +107,9 @@ def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
         shown = list(plan.videos[:count])
     else:
         options = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct]
-        shown = [distinct[i] for i in most_informative(options, count=count, picks=load_picks(settings), settings=settings)]
+        chosen = most_informative(options, count=count, picks=load_picks(settings), taste=served(settings).taste,
+                                  settings=settings)
+        shown = [distinct[i] for i in chosen]
         log.info("A/B test for %s: %d proposals, showing %s", settings.user, len(plan.videos),
                  [v.approach for v in shown])
     return replace(plan, videos=[replace(v, label=chr(ord("A") + i)) for i, v in enumerate(shown)])

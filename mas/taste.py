@@ -106,9 +106,7 @@ class PairwiseTaste:
 
     def choice_probabilities(self, options: Sequence[Option], *, settings: Settings) -> list[float]:
         """P(the user picks each option) among `options` (they sum to 1)."""
-        logits = self.logits(options, settings=settings)
-        odds = np.exp(logits - logits.max())
-        return (odds / odds.sum()).tolist()
+        return softmax(self.logits(options, settings=settings)).tolist()
 
     def pair_log_likelihoods(self, picks: Sequence[Pick], *, settings: Settings) -> np.ndarray:
         """log P(chosen beats rejected) for every pair of `picks`, in order."""
@@ -125,6 +123,12 @@ class PairwiseTaste:
             return cls.default()  # fitted on other features: a refit is needed, the default serves meanwhile
         return cls(weights=np.asarray(data["weights"], dtype=np.float64), pairs=int(data["pairs"]),
                    regularisation=data["regularisation"], temperature=float(data["temperature"]))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """The choice probabilities of options with these logits (they sum to 1)."""
+    odds = np.exp(logits - logits.max())
+    return odds / odds.sum()
 
 
 def score_features(scores: Mapping[str, float]) -> list[float]:

@@ -8,8 +8,9 @@ import random
 from mas.ab_design import offer, proposals_request
 from mas.agents.roles import Plan, PlannedVideo
 from mas.db import session_scope
-from mas.models import ABSelection, ABTest
+from mas.models import ABSelection, ABTest, TasteModel
 from mas.requests import ProductionRequest
+from mas.taste import Option, PairwiseTaste, features
 
 MOODS = ("serene", "epic", "melancholic", "whimsical", "gritty")
 COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")
@@ -58,6 +59,27 @@ def test_a_user_is_shown_variations_where_their_picks_have_not_been_yet(clean):
     assert len({c for c, _ in for_bob}) < 3 and for_bob != for_alice  # and her picks never moved bob's design
     assert len({m for _, m in for_carol}) == 3  # carol has only compared palettes: she is asked about moods
     assert _shown(bob) == for_bob  # the same picks, the same design
+
+
+def _promote(settings, taste: PairwiseTaste) -> None:
+    """Serve `taste` to `settings.user` as `mas tune` would once it was promoted."""
+    with session_scope(settings) as session:
+        session.add(TasteModel(user_name=settings.user, version=1, pairs_used=taste.pairs, heldout_pairs=0,
+                               heldout_accuracy=None, promoted=True, reason="test",
+                               model={"served": taste.to_json(), "last_pick": 0}))
+
+
+def test_a_variation_the_served_taste_can_already_call_is_not_shown(clean):
+    """A pick whose loser the studio knows in advance teaches little: with no pick at all, a user whose
+    served taste is sure they dislike one palette is not shown it, while a user served the default is."""
+    bob, dave = clean.for_user("bob"), clean.for_user("dave")
+    for_bob = _shown(bob)
+    disliked = for_bob[0][0]
+    _promote(dave, PairwiseTaste(weights=-30 * features([Option(prompt=f"{disliked} palette")], settings=clean)[0],
+                                 pairs=1))
+    for_dave = _shown(dave)
+    assert disliked not in {c for c, _ in for_dave}, (for_bob, for_dave)
+    assert len(for_dave) == 3 and _shown(bob) == for_bob
 
 
 def test_the_director_proposes_more_and_repeats_or_too_few_are_not_shown(clean):
