@@ -392,9 +392,9 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
                for r in rows if r.choices == max(args.checkpoints) and r.temperature == temperature]
         if got:
             mean = statistics.mean(got)
-            error = statistics.stdev(got) / math.sqrt(len(got)) if len(got) > 1 else math.nan
-            out.append(f"- {label}: {mean:.1%} ± {error:.1%} standard error over {len(got)} seeds "
-                       f"(goal {goal:.0%}: {'met' if mean >= goal else 'NOT met'})")
+            error = (f" ± {statistics.stdev(got) / math.sqrt(len(got)):.1%} standard error over {len(got)} seeds"
+                     if len(got) > 1 else " (one seed)")
+            out.append(f"- {label}: {mean:.1%}{error} (goal {goal:.0%}: {'met' if mean >= goal else 'NOT met'})")
     out.append("\n## What the A/B design gains (the pairwise taste, with it minus without it, paired by seed)\n")
     for temperature in args.temperatures:
         for checkpoint in sorted(args.checkpoints):
