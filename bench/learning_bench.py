@@ -382,8 +382,8 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         ceilings = [r.ceiling for r in rows if r.temperature == temperature and r.choices == max(args.checkpoints)]
         out.append(f"\nThe user's own utility predicts these test picks {mean_sd([c.pairwise for c in ceilings])} "
                    f"pairwise and {mean_sd([c.top1 for c in ceilings])} top-1: no model can do better.")
-    out += [f"\n## Goals (after {max(args.checkpoints)} picks, what the studio serves: the combination; where the default still "
-            "serves, it counts as a guess: 50% pairwise, 1 in 3 top-1)\n"]
+    out += [f"\n## Goals (after {max(args.checkpoints)} picks, what the studio serves: the combination; where the "
+            "default still serves, it counts as a guess: 50% pairwise, 1 in 3 top-1)\n"]
     for label, temperature, metric, goal in (("consistent user, pairwise", 0.0, "pairwise", 0.90),
                                              ("noisy user (0.5), pairwise", 0.5, "pairwise", 0.80),
                                              ("consistent user, top-1", 0.0, "top1", 0.80)):
