@@ -273,6 +273,8 @@ class Row:
     served: dict[str, Accuracy | None] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    interaction: bool = False
+    """Whether the combination's served taste has an interaction between phrases."""
     ceiling: Accuracy | None = None
     """The user's own utility scoring the test set: what a perfect learner would reach (below 100% for a
     noisy user, whose picks are partly chance)."""
@@ -310,6 +312,7 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
         undesigned = tune_taste(undesigned_user)
         row.reasons = {"DPO alone": report.reason, "combination": report.taste.reason if report.taste else "",
                        "pairwise alone": pairwise.reason, "pairwise, no A/B design": undesigned.reason}
+        row.interaction = served(combined_user).taste.latents is not None
         grade_preference(settings, base, test_set)
         row.served = {
             "DPO alone": measure_dpo(settings, base, test_set),
@@ -355,7 +358,8 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "- DPO: tiny random Llama (hidden 64, 2 layers), word-level tokenizer trained on the prompt vocabulary; "
         "LoRA r=8, β=0.1, lr 5e-3, 8 epochs. Pairwise: sum of the all-MiniLM-L6-v2 embeddings of the prompt's "
         "phrases + a weight of each phrase's own (hashed) + per-axis scores, L2 logistic regression, strength by "
-        "cross-validation over picks, Platt-scaled",
+        "cross-validation over picks, plus a rank-1 interaction between the phrases after the subject "
+        "(factorisation machine) kept when cross-validation prefers it, Platt-scaled",
         "- promotion: the pairwise taste is fitted on every pick and judged on its cross-validated predictions "
         "(against the default: every pick; against the version serving: the picks since it was fitted; "
         "`mas.taste_promotion`); DPO adapters are trained without every 4th pick and judged on those. What is "
@@ -418,7 +422,13 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
             "embeddings included.",
             f"- Choosing which variations to show (`mas.ab_design.offer`: the user's picks read, their features and "
             f"the proposals' computed) took {mean_design:.2f} s per A/B test on average, on the CPU.",
-            "\n## Promotion decisions (last seed of each user)\n"]
+            "\n## Users served an interaction between phrases (the combination)\n"]
+    for temperature in args.temperatures:
+        for checkpoint in sorted(args.checkpoints):
+            at = [r for r in rows if r.choices == checkpoint and r.temperature == temperature]
+            out.append(f"- T={temperature}, {checkpoint} picks: {sum(r.interaction for r in at)} of {len(at)} (seeds "
+                       f"{', '.join(str(r.seed) for r in at if r.interaction) or 'none'})")
+    out.append("\n## Promotion decisions (last seed of each user)\n")
     for temperature in args.temperatures:
         last = [r for r in rows if r.temperature == temperature and r.seed == args.seeds - 1]
         for r in last:

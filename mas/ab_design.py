@@ -15,6 +15,9 @@ serving the user):
   determinant, with `M_S = diag(p_S) - p_S p_S^T`;
 - the set is grown greedily, one variation at a time, which is the standard approximation for log det.
 
+The information is about the weights of the taste's sum of phrases; the interaction between phrases, when
+the taste has one, enters through p.
+
 With no taste promoted yet, every option is expected equally (p = 1/k) and, with no pick either, the set is
 simply the most varied one. The learning benchmark measures what this gains over offering the Director's
 first variations.
@@ -53,8 +56,8 @@ def choice_information(rows: np.ndarray, logits: np.ndarray) -> np.ndarray:
 def known_information(picks: Sequence[Pick], taste: PairwiseTaste, *, settings: Settings) -> np.ndarray:
     """A: the prior plus the information of every past pick (whatever was picked)."""
     groups = [[p.chosen, *p.rejected] for p in picks]
-    rows = features([o for group in groups for o in group], settings=settings)
-    logits = rows @ taste.weights
+    flat = [o for group in groups for o in group]
+    rows, logits = features(flat, settings=settings), taste.logits(flat, settings=settings)
     known = PRIOR_PRECISION * np.eye(rows.shape[1])
     at = 0
     for group in groups:
@@ -78,7 +81,7 @@ def most_informative(options: Sequence[Option], *, count: int, picks: Sequence[P
         return list(range(len(options)))
     rows = features(options, settings=settings)
     uncertainty = rows @ np.linalg.solve(known_information(picks, taste, settings=settings), rows.T)
-    value = partial(set_value, uncertainty, rows @ taste.weights)
+    value = partial(set_value, uncertainty, taste.logits(options, settings=settings))
     # one option alone teaches nothing: start from the most informative pair, then add one at a time
     chosen = list(max(combinations(range(len(options)), 2), key=value))
     while len(chosen) < count:

@@ -176,3 +176,41 @@ def test_calibration_recovers_a_users_temperature_and_does_not_call_a_few_right_
     assert _temperature(np.where(chosen_first, logits, -logits)) == pytest.approx(0.5, abs=0.05)
     few_all_right = np.abs(rng.normal(0, 1, 20))
     assert 1.0 < _temperature(few_all_right) < 10.0  # sharper, but a 21st pick can still surprise it
+
+
+def test_a_taste_learns_which_colours_go_with_which_moods_which_no_sum_of_phrases_can_say(clean):
+    """Warm palettes with energetic moods and cool ones with calm moods, the crossed pairs disliked: each
+    colour and each mood is liked as often as disliked, so a sum of phrase weights predicts a guess. The
+    interaction between phrases must carry it to a concept never picked."""
+    from dataclasses import replace
+
+    from mas.taste import Pick, fit
+
+    warmth = {"orange": 1, "crimson": 1, "teal": -1, "silver": -1}
+    energy = {"epic": 1, "cheerful": 1, "serene": -1, "melancholic": -1}
+
+    def prompt(concept: str, colour: str, mood: str) -> str:
+        return f"{concept}, {colour} palette, {mood} atmosphere"
+
+    rng, picks = random.Random(0), []
+    while len(picks) < 40:
+        concept = rng.choice(CONCEPTS)
+        (c1, m1), (c2, m2) = [(rng.choice(list(warmth)), rng.choice(list(energy))) for _ in range(2)]
+        liking = warmth[c1] * energy[m1] - warmth[c2] * energy[m2]
+        if liking:
+            liked, disliked = ((c1, m1), (c2, m2)) if liking > 0 else ((c2, m2), (c1, m1))
+            picks.append(Pick(selection_id=len(picks), concept=concept, chosen=Option(prompt=prompt(concept, *liked)),
+                              rejected=(Option(prompt=prompt(concept, *disliked)),)))
+    taste = fit(picks, settings=clean).taste
+    assert taste.latents is not None and taste.interaction_strength is not None
+
+    combinations = [(c, m) for c in warmth for m in energy]
+    test = [(a, b) for a in combinations for b in combinations if warmth[a[0]] * energy[a[1]] > warmth[b[0]] * energy[b[1]]]
+
+    def right(served) -> float:
+        logits = served.logits([Option(prompt=prompt("a hydra", c, m)) for c, m in combinations], settings=clean)
+        at = {combination: logit for combination, logit in zip(combinations, logits)}
+        return float(np.mean([at[a] > at[b] for a, b in test]))
+
+    assert right(taste) >= 0.9
+    assert right(replace(taste, latents=None)) <= 0.7  # the sum alone: about a guess
