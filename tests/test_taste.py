@@ -3,6 +3,7 @@ embedder: it learns from picks, keeps users apart, refuses a worse version, and 
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -184,7 +185,7 @@ def test_a_taste_learns_which_colours_go_with_which_moods_which_no_sum_of_phrase
     interaction between phrases must carry it to a concept never picked."""
     from dataclasses import replace
 
-    from mas.taste import Pick, fit
+    from mas.taste import PairwiseTaste, Pick, fit
 
     warmth = {"orange": 1, "crimson": 1, "teal": -1, "silver": -1}
     energy = {"epic": 1, "cheerful": 1, "serene": -1, "melancholic": -1}
@@ -214,3 +215,5 @@ def test_a_taste_learns_which_colours_go_with_which_moods_which_no_sum_of_phrase
 
     assert right(taste) >= 0.9
     assert right(replace(taste, latents=None)) <= 0.7  # the sum alone: about a guess
+    stored = PairwiseTaste.from_json(json.loads(json.dumps(taste.to_json())))  # as a tune stores it
+    assert stored.interaction_strength == taste.interaction_strength and right(stored) == right(taste)
