@@ -195,6 +195,7 @@ def test_the_api_key_is_sent_and_never_printed(clean):
 # --- end to end, real workers ------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(1500)  # the batches' own budget (1200 s) and the studio's start and stop
 def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_llm, tmp_path):
     """Real workers, the real model as every agent: a batch, a series, an A/B test, and a refinement
     round (the preview grader grades a prompt low unless it asks for sharp focus, a steady camera and
