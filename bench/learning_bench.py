@@ -166,7 +166,7 @@ def designed_cases(rng: random.Random, undesigned_rng: random.Random, user: Simu
                    *, variations: int) -> tuple[ABCase, ABCase]:
     """A training A/B test as the studio makes one, and the same without the design. The Director proposes
     `variations * settings.ab_proposals` variations; `mas.ab_design.offer` shows `variations` of them, chosen
-    on `settings.user`'s picks so far. Without the design, the first proposals are shown (random ones); that
+    on `settings.user`'s picks so far (`settings.ab_explore` of them at random). Without the design, the first proposals are shown (random ones); that
     user's picks are drawn from their own generator, so the studio's arm is the same with or without it."""
     concept = rng.choice(TRAIN_CONCEPTS)
     proposals = draw_variations(rng, concept, variations * settings.ab_proposals)
@@ -349,8 +349,8 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "4|e|·(aesthetic − 0.5), a..e ~ N(0, 1) drawn per seed; warmth, energy and motion are never named in a "
         f"prompt; {args.variations} variations per A/B test, aesthetic score U(0.3, 0.9)",
         f"- training A/B tests: the Director proposes {args.variations * args.proposals} random variations and "
-        f"the test shows {args.variations}, those whose pick teaches the taste most on the picks so far and the "
-        "taste serving the user "
+        f"the test shows {args.variations}: {args.explore} drawn at random among the others (`MAS_AB_EXPLORE`), the "
+        "rest those whose pick teaches the taste most on the picks so far and the taste serving the user "
         "(`mas.ab_design`, as the studio does); `pairwise, no A/B design` is the pairwise taste of the same user "
         "shown the first proposals instead (random variations), on the same proposals",
         f"- training: {len(TRAIN_CONCEPTS)} concepts; test: {args.test_choices} fresh A/B tests of "
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     base = build_tiny_lm(data_dir / "tiny-llama", texts=texts)
     settings = Settings(data_dir=data_dir, database_url=args.database_url, preference_base_model_path=base,
                         min_preference_pairs=8, **({"ab_proposals": args.proposals} if args.proposals else {}))
-    args.proposals = settings.ab_proposals  # the report says how many were proposed
+    args.proposals, args.explore = settings.ab_proposals, settings.ab_explore  # the report says how they were shown
     started = time.perf_counter()
     try:
         rows = [row for temperature in args.temperatures for seed in range(args.seeds)

@@ -16,7 +16,13 @@ serving the user):
 - the set is grown greedily, one variation at a time, which is the standard approximation for log det.
 
 The information is about the weights of the taste's sum of phrases; the interaction between phrases, when
-the taste has one, enters through p.
+the taste has one, enters through p. That is the design's blind spot: it is optimal for what the taste can
+already say, so a user whose taste lies mostly in how phrases combine (warm colours only with calm moods) is
+seldom shown the sets that would reveal it, and the interaction is never learned. So `settings.ab_explore` of
+the variations shown (one by default) are drawn at random among the other proposals, the design choosing the
+rest (at least two). On the learning benchmark that lifted the users whose taste is mostly such an
+interaction from 74 % and 62 % to about 90 % and 82 % of held-out pairs, at the cost of a point or two on some
+others (see its report).
 
 With no taste promoted yet, every option is expected equally (p = 1/k) and, with no pick either, the set is
 simply the most varied one. The learning benchmark measures what this gains over offering the Director's
@@ -26,6 +32,7 @@ first variations.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
@@ -89,13 +96,21 @@ def most_informative(options: Sequence[Option], *, count: int, picks: Sequence[P
     return sorted(chosen)
 
 
+def explored(options: int, *, designed: Sequence[int], count: int, seed: str) -> list[int]:
+    """Indices (ascending) of `designed` and `count` more options drawn at random among the rest, from a
+    generator seeded by `seed`, so the same user with the same picks is offered the same set."""
+    rest = [i for i in range(options) if i not in designed]
+    return sorted([*designed, *random.Random(seed).sample(rest, min(count, len(rest)))])
+
+
 def proposals_request(request: ProductionRequest, *, settings: Settings) -> ProductionRequest:
     """What the Director is asked for an A/B test: `settings.ab_proposals` variations per one shown."""
     return replace(request, count=min(request.count * settings.ab_proposals, MAX_VARIATIONS))
 
 
 def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
-    """The `count` proposed variations `settings.user` is shown, in the Director's order, labelled A, B, ...
+    """The `count` proposed variations `settings.user` is shown, in the Director's order, labelled A, B, ...:
+    `settings.ab_explore` of them at random, the others chosen by the design.
 
     Proposals repeating the concept and approach of an earlier one are dropped first; with fewer than `count`
     distinct ones left, the Director's first `count` are shown as they are."""
@@ -109,9 +124,11 @@ def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
     if len(distinct) < count:
         shown = list(plan.videos[:count])
     else:
-        options = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct]
-        chosen = most_informative(options, count=count, picks=load_picks(settings), taste=served(settings).taste,
-                                  settings=settings)
+        options, picks = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct], load_picks(settings)
+        designed = most_informative(options, count=min(count, max(2, count - settings.ab_explore)), picks=picks,
+                                    taste=served(settings).taste, settings=settings)
+        chosen = explored(len(options), designed=designed, count=count - len(designed),
+                          seed=f"{settings.user} {len(picks)}")
         shown = [distinct[i] for i in chosen]
         log.info("A/B test for %s: %d proposals, showing %s", settings.user, len(plan.videos),
                  [v.approach for v in shown])

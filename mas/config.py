@@ -189,6 +189,12 @@ class Settings(BaseSettings):
         description="Variations the Director proposes per variation an A/B test shows (at most 26 in all); the "
         "studio shows those whose pick teaches the user's taste the most (`mas.ab_design`). 1: the Director's own.",
     )
+    ab_explore: int = Field(
+        default=1, ge=0, le=24,
+        description="Of the variations an A/B test shows, how many are drawn at random among the other proposals "
+        "(the design always chooses at least two). The design is optimal for what the taste can already say; "
+        "picks among sets it would not show are how the studio learns a taste its model misses. 0: none.",
+    )
 
     # --- gallery -------------------------------------------------------------------------------
     gallery_user: str | None = Field(default=None, description="Gallery basic-auth user (`mas serve`).")

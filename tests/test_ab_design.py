@@ -39,18 +39,19 @@ def _compared(settings, *, kind: str, count: int) -> None:
             ))
 
 
-def _shown(settings) -> list[tuple[str, str]]:
+def _shown(settings, *, count: int = 3) -> list[tuple[str, str]]:
     plan = Plan(videos=[PlannedVideo(concept="a comet", label=chr(ord("A") + i),
                                      approach=f"slow dolly-in, {c} palette, {m} atmosphere")
                         for i, (c, m) in enumerate(PROPOSALS)])
-    shown = offer(plan, count=3, settings=settings)
-    assert [v.label for v in shown.videos] == ["A", "B", "C"]
+    shown = offer(plan, count=count, settings=settings)
+    assert [v.label for v in shown.videos] == ["A", "B", "C"][:count]
     return [PROPOSALS[[f"slow dolly-in, {c} palette, {m} atmosphere" for c, m in PROPOSALS].index(v.approach)]
             for v in shown.videos]
 
 
 def test_a_user_is_shown_variations_where_their_picks_have_not_been_yet(clean):
-    alice, bob, carol = clean.for_user("alice"), clean.for_user("bob"), clean.for_user("carol")
+    design_only = clean.model_copy(update={"ab_explore": 0})
+    alice, bob, carol = (design_only.for_user(name) for name in ("alice", "bob", "carol"))
     _compared(alice, kind="mood", count=20)
     _compared(carol, kind="palette", count=20)
     for_bob = _shown(bob)  # no picks: the most varied set
@@ -72,7 +73,8 @@ def _promote(settings, taste: PairwiseTaste) -> None:
 def test_a_variation_the_served_taste_can_already_call_is_not_shown(clean):
     """A pick whose loser the studio knows in advance teaches little: with no pick at all, a user whose
     served taste is sure they dislike one palette is not shown it, while a user served the default is."""
-    bob, dave = clean.for_user("bob"), clean.for_user("dave")
+    design_only = clean.model_copy(update={"ab_explore": 0})
+    bob, dave = design_only.for_user("bob"), design_only.for_user("dave")
     for_bob = _shown(bob)
     disliked = for_bob[0][0]
     _promote(dave, PairwiseTaste(weights=-30 * features([Option(prompt=f"{disliked} palette")], settings=clean)[0],
@@ -80,6 +82,24 @@ def test_a_variation_the_served_taste_can_already_call_is_not_shown(clean):
     for_dave = _shown(dave)
     assert disliked not in {c for c, _ in for_dave}, (for_bob, for_dave)
     assert len(for_dave) == 3 and _shown(bob) == for_bob
+
+
+def test_one_variation_in_three_is_drawn_at_random_beside_the_designs_most_informative_pair(clean):
+    """The design is blind to what the taste cannot say yet (how phrases combine), so by default one
+    variation of three is drawn at random among the other proposals: repeatably for the same user and
+    picks, differently for different ones."""
+    alice = clean.for_user("alice")
+    _compared(alice, kind="mood", count=20)
+    pair = set(_shown(alice.model_copy(update={"ab_explore": 0}), count=2))
+    shown = _shown(alice)
+    assert len(set(shown)) == 3 and pair < set(shown) and _shown(alice) == shown
+    drawn = set()
+    for name in ("bob", "carol", "dave", "erin", "frank", "grace"):  # no picks: the same pair for all
+        user = clean.for_user(name)
+        assert set(_shown(user.model_copy(update={"ab_explore": 0}), count=2)) < set(_shown(user))
+        drawn |= set(_shown(user)) - set(_shown(user.model_copy(update={"ab_explore": 0}), count=2))
+    assert len(drawn) > 1
+    assert set(_shown(alice.model_copy(update={"ab_explore": 2}))) >= pair  # the design keeps two
 
 
 def test_the_director_proposes_more_and_repeats_or_too_few_are_not_shown(clean):
