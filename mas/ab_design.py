@@ -125,8 +125,9 @@ def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
         shown = list(plan.videos[:count])
     else:
         options, picks = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct], load_picks(settings)
-        designed = most_informative(options, count=min(count, max(2, count - settings.ab_explore)), picks=picks,
-                                    taste=served(settings).taste, settings=settings)
+        by_design = min(count, max(2, count - settings.ab_explore))  # a pick teaches only against another
+        designed = most_informative(options, count=by_design, picks=picks, taste=served(settings).taste,
+                                    settings=settings)
         chosen = explored(len(options), designed=designed, count=count - len(designed),
                           seed=f"{settings.user} {len(picks)}")
         shown = [distinct[i] for i in chosen]

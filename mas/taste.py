@@ -17,9 +17,10 @@ The user picks option i among k with probability softmax(u_i), u_i = w . x_i + i
 one among k gives k - 1 pairs, P(a beats b) = sigmoid(u_a - u_b). `w` is fitted by L2-regularised
 logistic regression (scikit-learn) on those differences, the regularisation chosen by cross-validation over
 picks; the interaction's theta is then fitted (L-BFGS, scipy) with the sum's log-odds held fixed, its L2
-strength chosen by the same cross-validation, or none; and the log-odds scaled by one temperature fitted on the cross-validated predictions (Platt scaling
-without intercept), so a probability of 0.8 is right about four times in five. Those cross-validated
-predictions are also the evidence a new version is judged by. It fits in seconds on a CPU.
+strength chosen by the same cross-validation, or none; and the log-odds are scaled by one temperature fitted
+on the cross-validated predictions (Platt scaling without intercept), so a probability of 0.8 is right about
+four times in five. Those cross-validated predictions are also the evidence a new version is judged by. It
+fits in seconds on a CPU.
 Which version serves a user, and why, is `mas.taste_promotion`.
 """
 
@@ -109,6 +110,7 @@ class PairwiseTaste:
     pairs: int = 0
     regularisation: float | None = None
     interaction_strength: float | None = None
+    """The L2 strength the interaction was fitted with (`INTERACTION_GRID`); None: no interaction."""
     temperature: float = 1.0
 
     @classmethod

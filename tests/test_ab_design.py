@@ -96,8 +96,9 @@ def test_one_variation_in_three_is_drawn_at_random_beside_the_designs_most_infor
     drawn = set()
     for name in ("bob", "carol", "dave", "erin", "frank", "grace"):  # no picks: the same pair for all
         user = clean.for_user(name)
-        assert set(_shown(user.model_copy(update={"ab_explore": 0}), count=2)) < set(_shown(user))
-        drawn |= set(_shown(user)) - set(_shown(user.model_copy(update={"ab_explore": 0}), count=2))
+        user_pair, user_shown = set(_shown(user.model_copy(update={"ab_explore": 0}), count=2)), set(_shown(user))
+        assert user_pair < user_shown
+        drawn |= user_shown - user_pair
     assert len(drawn) > 1
     assert set(_shown(alice.model_copy(update={"ab_explore": 2}))) >= pair  # the design keeps two
 
