@@ -115,6 +115,12 @@ class SimulatedUser:
         return (self.warmth * w + self.energy * e + self.together * w * e + self.motion * MOTION[v.approach]
                 + self.looks * 4 * (v.aesthetic - 0.5))
 
+    @staticmethod
+    def qualities(v: Variation) -> list[float]:
+        """What the user's utility is made of, none of it named in a prompt."""
+        w, e = WARMTH[v.colour], ENERGY[v.mood]
+        return [w, e, w * e, MOTION[v.approach], v.aesthetic]
+
     def pick(self, rng: random.Random, options: list[Variation]) -> int:
         """Index of the variation the user picks: the best, or sampled with softmax(utility / temperature)."""
         scores = [self.utility(o) for o in options]
@@ -238,6 +244,21 @@ def accuracy(scores: list[list[float]], cases: list[ABCase], probabilities: list
     return Accuracy(right / pairs, top1 / len(cases), error)
 
 
+def hidden_qualities_bound(trained: list[ABCase], tests: list[ABCase]) -> Accuracy:
+    """A learner given the user's hidden qualities as its features (`SimulatedUser.qualities`), fitted on the
+    same picks: what those picks can teach at best. Not a studio model: no studio can know these qualities.
+    Pairwise logistic regression over the five qualities, each pick's pairs read both ways (no intercept),
+    lightly regularised (C = 10) so a consistent user's separable picks keep finite weights."""
+    from sklearn.linear_model import LogisticRegression
+
+    diffs = np.asarray([np.subtract(SimulatedUser.qualities(c.variations[c.chosen]), SimulatedUser.qualities(v))
+                        for c in trained for i, v in enumerate(c.variations) if i != c.chosen])
+    model = LogisticRegression(C=10.0, fit_intercept=False, max_iter=1000)
+    model.fit(np.vstack([diffs, -diffs]), np.r_[np.ones(len(diffs)), np.zeros(len(diffs))])
+    return accuracy([[float(np.dot(model.coef_[0], SimulatedUser.qualities(v))) for v in c.variations] for c in tests],
+                    tests)
+
+
 def measure_taste(settings: Settings, cases: list[ABCase], *, with_preference: bool) -> Accuracy | None:
     current = served(settings)
     if current.version is None:
@@ -278,6 +299,8 @@ class Row:
     ceiling: Accuracy | None = None
     """The user's own utility scoring the test set: what a perfect learner would reach (below 100% for a
     noisy user, whose picks are partly chance)."""
+    bound: Accuracy | None = None
+    """`hidden_qualities_bound` on the designed picks so far: what those picks can teach at best."""
 
 
 def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, args: argparse.Namespace) -> list[Row]:
@@ -287,7 +310,7 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
     reset(settings)
     pairwise_user, combined_user = settings.for_user(PAIRWISE_USER), settings.for_user(COMBINED_USER)
     undesigned_user, undesigned_rng = settings.for_user(UNDESIGNED_USER), random.Random(f"undesigned {seed}")
-    rows, made, design_seconds = [], 0, []
+    rows, made, design_seconds, designed = [], 0, [], []
     for checkpoint in sorted(args.checkpoints):
         cases = []
         for _ in range(checkpoint - made):  # one at a time: each A/B test is designed on the picks before it
@@ -297,11 +320,13 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
             cases.append(case)
             record(pairwise_user, [case], with_preference=False)
             record(undesigned_user, [undesigned], with_preference=False)
+        designed += cases
         grade_preference(settings, base, cases)  # graded by the adapter served before these picks
         record(combined_user, cases, with_preference=True)
         made = checkpoint
         row = Row(temperature, seed, checkpoint,
-                  ceiling=accuracy([[user.utility(v) for v in c.variations] for c in test_set], test_set))
+                  ceiling=accuracy([[user.utility(v) for v in c.variations] for c in test_set], test_set),
+                  bound=hidden_qualities_bound(designed, test_set))
         started = time.perf_counter()
         report = tune(combined_user, config=CONFIG)  # the DPO adapter and the combined taste
         row.seconds["combined tune"] = time.perf_counter() - started
@@ -323,7 +348,7 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
         rows.append(row)
         print(f"temperature {temperature} seed {seed} after {checkpoint} picks: " + "; ".join(
             f"{k} {'none served' if a is None else f'{a.pairwise:.1%} pairwise, {a.top1:.1%} top-1'}"
-            for k, a in row.served.items()), flush=True)
+            for k, a in row.served.items()) + f"; hidden qualities bound {row.bound.pairwise:.1%} pairwise", flush=True)
     return rows
 
 
@@ -386,6 +411,12 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         ceilings = [r.ceiling for r in rows if r.temperature == temperature and r.choices == max(args.checkpoints)]
         out.append(f"\nThe user's own utility predicts these test picks {mean_sd([c.pairwise for c in ceilings])} "
                    f"pairwise and {mean_sd([c.top1 for c in ceilings])} top-1: no model can do better.")
+        out.append("\nA learner given the user's hidden qualities as features (warmth, energy, their product, motion, "
+                   "looks: what no prompt names and no studio can know), fitted on the same designed picks, reaches "
+                   + ", ".join(f"{mean_sd([r.bound.pairwise for r in rows if r.temperature == temperature and r.choices == c])} "
+                               f"pairwise after {c}" for c in sorted(args.checkpoints))
+                   + ": the most these picks can teach; the gap to it is the price of learning the qualities from "
+                   "the prompts' words.")
     out += [f"\n## Goals (after {max(args.checkpoints)} picks, what the studio serves: the combination; where the "
             "default still serves, it counts as a guess: 50% pairwise, 1 in 3 top-1)\n"]
     for label, temperature, metric, goal in (("consistent user, pairwise", 0.0, "pairwise", 0.90),
