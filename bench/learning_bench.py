@@ -246,7 +246,7 @@ def accuracy(scores: list[list[float]], cases: list[ABCase], probabilities: list
 
 def hidden_qualities_bound(trained: list[ABCase], tests: list[ABCase]) -> Accuracy:
     """A learner given the user's hidden qualities as its features (`SimulatedUser.qualities`), fitted on the
-    same picks: what those picks can teach at best. Not a studio model: no studio can know these qualities.
+    same picks: a reference for what those picks can teach, with the right features. Not a studio model: no studio can know these qualities.
     Pairwise logistic regression over the five qualities, each pick's pairs read both ways (no intercept),
     lightly regularised (C = 10) so a consistent user's separable picks keep finite weights."""
     from sklearn.linear_model import LogisticRegression
@@ -300,7 +300,7 @@ class Row:
     """The user's own utility scoring the test set: what a perfect learner would reach (below 100% for a
     noisy user, whose picks are partly chance)."""
     bound: Accuracy | None = None
-    """`hidden_qualities_bound` on the designed picks so far: what those picks can teach at best."""
+    """`hidden_qualities_bound` on the designed picks so far: a reference for what those picks can teach."""
 
 
 def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, args: argparse.Namespace) -> list[Row]:
@@ -415,7 +415,7 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
                    "looks: what no prompt names and no studio can know), fitted on the same designed picks, reaches "
                    + ", ".join(f"{mean_sd([r.bound.pairwise for r in rows if r.temperature == temperature and r.choices == c])} "
                                f"pairwise after {c}" for c in sorted(args.checkpoints))
-                   + ": the most these picks can teach; the gap to it is the price of learning the qualities from "
+                   + ": about what these picks can teach with the right features; the gap to it is the price of learning the qualities from "
                    "the prompts' words.")
     out += [f"\n## Goals (after {max(args.checkpoints)} picks, what the studio serves: the combination; where the "
             "default still serves, it counts as a guess: 50% pairwise, 1 in 3 top-1)\n"]
