@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
+from sklearn.linear_model import LogisticRegression
 
 from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 
@@ -110,16 +111,16 @@ class SimulatedUser:
     def draw(cls, rng: random.Random, *, temperature: float) -> "SimulatedUser":
         return cls(*(rng.gauss(0, 1) for _ in range(4)), looks=abs(rng.gauss(0, 1)), temperature=temperature)
 
-    def utility(self, v: Variation) -> float:
-        w, e = WARMTH[v.colour], ENERGY[v.mood]
-        return (self.warmth * w + self.energy * e + self.together * w * e + self.motion * MOTION[v.approach]
-                + self.looks * 4 * (v.aesthetic - 0.5))
-
     @staticmethod
     def qualities(v: Variation) -> list[float]:
-        """What the user's utility is made of, none of it named in a prompt."""
+        """What the utility is made of, none of it named in a prompt: warmth, energy, their product, motion,
+        and the looks (the aesthetic score, centred)."""
         w, e = WARMTH[v.colour], ENERGY[v.mood]
-        return [w, e, w * e, MOTION[v.approach], v.aesthetic]
+        return [w, e, w * e, MOTION[v.approach], v.aesthetic - 0.5]
+
+    def utility(self, v: Variation) -> float:
+        weights = (self.warmth, self.energy, self.together, self.motion, self.looks * 4)
+        return sum(weight * quality for weight, quality in zip(weights, self.qualities(v)))
 
     def pick(self, rng: random.Random, options: list[Variation]) -> int:
         """Index of the variation the user picks: the best, or sampled with softmax(utility / temperature)."""
@@ -172,8 +173,9 @@ def designed_cases(rng: random.Random, undesigned_rng: random.Random, user: Simu
                    *, variations: int) -> tuple[ABCase, ABCase]:
     """A training A/B test as the studio makes one, and the same without the design. The Director proposes
     `variations * settings.ab_proposals` variations; `mas.ab_design.offer` shows `variations` of them, chosen
-    on `settings.user`'s picks so far (`settings.ab_explore` of them at random). Without the design, the first proposals are shown (random ones); that
-    user's picks are drawn from their own generator, so the studio's arm is the same with or without it."""
+    on `settings.user`'s picks so far (`settings.ab_explore` of them at random). Without the design, the first
+    proposals are shown (random ones); that user's picks are drawn from their own generator, so the studio's
+    arm is the same with or without it."""
     concept = rng.choice(TRAIN_CONCEPTS)
     proposals = draw_variations(rng, concept, variations * settings.ab_proposals)
     by_approach = {v.prompt.removeprefix(f"{concept}, "): v for v in proposals}
@@ -244,19 +246,18 @@ def accuracy(scores: list[list[float]], cases: list[ABCase], probabilities: list
     return Accuracy(right / pairs, top1 / len(cases), error)
 
 
-def hidden_qualities_bound(trained: list[ABCase], tests: list[ABCase]) -> Accuracy:
+def hidden_qualities_reference(trained: list[ABCase], tests: list[ABCase]) -> Accuracy:
     """A learner given the user's hidden qualities as its features (`SimulatedUser.qualities`), fitted on the
-    same picks: a reference for what those picks can teach, with the right features. Not a studio model: no studio can know these qualities.
-    Pairwise logistic regression over the five qualities, each pick's pairs read both ways (no intercept),
-    lightly regularised (C = 10) so a consistent user's separable picks keep finite weights."""
-    from sklearn.linear_model import LogisticRegression
-
+    same picks: a reference for what those picks can teach with the right features. Not a studio model: no
+    studio can know these qualities. Pairwise logistic regression over the five qualities, each pick's pairs
+    read both ways (no intercept), lightly regularised (C = 10) so a consistent user's separable picks keep
+    finite weights."""
     diffs = np.asarray([np.subtract(SimulatedUser.qualities(c.variations[c.chosen]), SimulatedUser.qualities(v))
                         for c in trained for i, v in enumerate(c.variations) if i != c.chosen])
     model = LogisticRegression(C=10.0, fit_intercept=False, max_iter=1000)
     model.fit(np.vstack([diffs, -diffs]), np.r_[np.ones(len(diffs)), np.zeros(len(diffs))])
-    return accuracy([[float(np.dot(model.coef_[0], SimulatedUser.qualities(v))) for v in c.variations] for c in tests],
-                    tests)
+    weights = model.coef_[0]
+    return accuracy([[float(weights @ SimulatedUser.qualities(v)) for v in c.variations] for c in tests], tests)
 
 
 def measure_taste(settings: Settings, cases: list[ABCase], *, with_preference: bool) -> Accuracy | None:
@@ -299,8 +300,8 @@ class Row:
     ceiling: Accuracy | None = None
     """The user's own utility scoring the test set: what a perfect learner would reach (below 100% for a
     noisy user, whose picks are partly chance)."""
-    bound: Accuracy | None = None
-    """`hidden_qualities_bound` on the designed picks so far: a reference for what those picks can teach."""
+    reference: Accuracy | None = None
+    """`hidden_qualities_reference` on the designed picks so far."""
 
 
 def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, args: argparse.Namespace) -> list[Row]:
@@ -326,7 +327,7 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
         made = checkpoint
         row = Row(temperature, seed, checkpoint,
                   ceiling=accuracy([[user.utility(v) for v in c.variations] for c in test_set], test_set),
-                  bound=hidden_qualities_bound(designed, test_set))
+                  reference=hidden_qualities_reference(designed, test_set))
         started = time.perf_counter()
         report = tune(combined_user, config=CONFIG)  # the DPO adapter and the combined taste
         row.seconds["combined tune"] = time.perf_counter() - started
@@ -348,7 +349,8 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
         rows.append(row)
         print(f"temperature {temperature} seed {seed} after {checkpoint} picks: " + "; ".join(
             f"{k} {'none served' if a is None else f'{a.pairwise:.1%} pairwise, {a.top1:.1%} top-1'}"
-            for k, a in row.served.items()) + f"; hidden qualities bound {row.bound.pairwise:.1%} pairwise", flush=True)
+            for k, a in row.served.items()) + f"; hidden-qualities reference {row.reference.pairwise:.1%} pairwise",
+            flush=True)
     return rows
 
 
@@ -411,12 +413,13 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         ceilings = [r.ceiling for r in rows if r.temperature == temperature and r.choices == max(args.checkpoints)]
         out.append(f"\nThe user's own utility predicts these test picks {mean_sd([c.pairwise for c in ceilings])} "
                    f"pairwise and {mean_sd([c.top1 for c in ceilings])} top-1: no model can do better.")
+        reached = ", ".join(
+            f"{mean_sd([r.reference.pairwise for r in rows if r.temperature == temperature and r.choices == c])} "
+            f"pairwise after {c}" for c in sorted(args.checkpoints))
         out.append("\nA learner given the user's hidden qualities as features (warmth, energy, their product, motion, "
                    "looks: what no prompt names and no studio can know), fitted on the same designed picks, reaches "
-                   + ", ".join(f"{mean_sd([r.bound.pairwise for r in rows if r.temperature == temperature and r.choices == c])} "
-                               f"pairwise after {c}" for c in sorted(args.checkpoints))
-                   + ": about what these picks can teach with the right features; the gap to it is the price of learning the qualities from "
-                   "the prompts' words.")
+                   f"{reached}: about what these picks can teach with the right features; the gap to it is the price "
+                   "of learning the qualities from the prompts' words.")
     out += [f"\n## Goals (after {max(args.checkpoints)} picks, what the studio serves: the combination; where the "
             "default still serves, it counts as a guess: 50% pairwise, 1 in 3 top-1)\n"]
     for label, temperature, metric, goal in (("consistent user, pairwise", 0.0, "pairwise", 0.90),
