@@ -22,7 +22,7 @@ tests of concepts never trained on, for what each approach serves (its promoted 
 By default the benchmark starts its own embedded PostgreSQL in a temporary folder and removes it at the
 end. With --database-url it uses that server instead and EMPTIES ITS A/B, ADAPTER AND TASTE TABLES.
 
-    python bench/learning_bench.py                 # 16 seeds x 2 users, checkpoints 10 25 50, 200 test choices
+    python bench/learning_bench.py                 # 48 seeds x 2 users, checkpoints 10 25 50, 200 test choices
     python bench/learning_bench.py --seeds 1 --temperatures 0 --test-choices 50     # a quick look
 """
 
@@ -476,8 +476,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[10, 25, 50],
                         help="numbers of choices after which `tune` runs (default: 10 25 50)")
-    parser.add_argument("--seeds", type=int, default=16,
-                        help="tastes simulated per user kind, one per seed (default: 16)")
+    parser.add_argument("--seeds", type=int, default=48,
+                        help="tastes simulated per user kind, one per seed (default: 48; with 16, the noisy user's mean "
+                        "was uncertain by two points, more than its distance to the goal)")
     parser.add_argument("--test-choices", type=int, default=200, help="fresh A/B tests measured (default: 200)")
     parser.add_argument("--variations", type=int, default=3, help="variations per A/B test (default: 3)")
     parser.add_argument("--proposals", type=int, default=None,
