@@ -386,7 +386,8 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "LoRA r=8, β=0.1, lr 5e-3, 8 epochs. Pairwise: sum of the all-MiniLM-L6-v2 embeddings of the prompt's "
         "phrases + a weight of each phrase's own (hashed) + per-axis scores, L2 logistic regression, strength by "
         "cross-validation over picks, plus a rank-1 interaction between the phrases after the subject "
-        "(factorisation machine) kept when cross-validation prefers it, Platt-scaled",
+        "(factorisation machine over each phrase's own value, fitted together with the sum) kept when "
+        "cross-validation prefers it, Platt-scaled",
         "- promotion: the pairwise taste is fitted on every pick and judged on its cross-validated predictions "
         "(against the default: every pick; against the version serving: the picks since it was fitted; "
         "`mas.taste_promotion`); DPO adapters are trained without every 4th pick and judged on those. What is "
