@@ -21,8 +21,8 @@ logistic regression (scikit-learn) on those differences, the regularisation chos
 picks; with an interaction, w and theta are then fitted together (L-BFGS, scipy, the same L2 on w, the best of
 a few starts), theta's L2 strength chosen by the same cross-validation, or none; and the log-odds are scaled
 by one temperature fitted on the cross-validated predictions (Platt scaling without intercept), so a
-probability of 0.8 is right about four times in five. Those cross-validated predictions are also the evidence a new version is judged by. It
-fits in seconds on a CPU.
+probability of 0.8 is right about four times in five. Those cross-validated predictions are also the evidence
+a new version is judged by. It fits in seconds on a CPU.
 Which version serves a user, and why, is `mas.taste_promotion`.
 """
 
@@ -344,10 +344,12 @@ def _with_interaction(table: PhraseTable, pairs: np.ndarray, diffs: np.ndarray, 
         per_phrase = table.styling.T @ (per_option * summed) - (table.styling.T @ per_option) * z
         loss = float(np.logaddexp(0.0, -margins).sum() + weights @ weights / (4 * regularisation)
                      + 0.5 * strength * latents @ latents)
-        return loss, np.r_[diffs.T @ slope + weights / (2 * regularisation), table.own.T @ per_phrase + strength * latents]
+        gradient_w = diffs.T @ slope + weights / (2 * regularisation)
+        return loss, np.r_[gradient_w, table.own.T @ per_phrase + strength * latents]
 
-    fits = [minimize(loss_and_gradient, np.r_[start, np.random.default_rng(seed).normal(0.0, INTERACTION_START, PHRASE_BUCKETS)],
-                     jac=True, method="L-BFGS-B") for seed in range(INTERACTION_STARTS)]
+    starts = [np.r_[start, np.random.default_rng(seed).normal(0.0, INTERACTION_START, PHRASE_BUCKETS)]
+              for seed in range(INTERACTION_STARTS)]
+    fits = [minimize(loss_and_gradient, both, jac=True, method="L-BFGS-B") for both in starts]
     best = min(fits, key=lambda result: result.fun).x
     return best[:size], best[size:]
 
