@@ -24,6 +24,7 @@ end. With --database-url it uses that server instead and EMPTIES ITS A/B, ADAPTE
 
     python bench/learning_bench.py                 # 48 seeds x 2 users, checkpoints 10 25 50, 200 test choices
     python bench/learning_bench.py --seeds 1 --temperatures 0 --test-choices 50     # a quick look
+    python bench/learning_bench.py --checkpoints 10 25 50 100   # the curve past the goals' 50 picks (twice as long)
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ TEST_CONCEPTS = tuple(f"a {c}" for c in (
 ))
 CONFIG = TINY
 """The tests' settings for the tiny model: a real base model wants the defaults (learning rate 5e-5, ...)."""
+GOAL_PICKS = 50
+"""The issue's goals are set after this many picks; later checkpoints show how the curve goes on."""
 APPROACHES = ("DPO alone", "pairwise alone", "combination", "pairwise, no A/B design")
 PAIRWISE_USER, COMBINED_USER, UNDESIGNED_USER = "bench-pairwise", "bench-combined", "bench-undesigned"
 
@@ -421,14 +424,16 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
                    "looks: what no prompt names and no studio can know), fitted on the same designed picks, reaches "
                    f"{reached}: about what these picks can teach with the right features; the gap to it is the price "
                    "of learning the qualities from the prompts' words.")
-    out += [f"\n## Goals (after {max(args.checkpoints)} picks, what the studio serves: the combination; where the "
+    judged = GOAL_PICKS if GOAL_PICKS in args.checkpoints else max(args.checkpoints)
+    when = f"after {judged} picks" + ("" if judged == GOAL_PICKS else f"; the goals are set after {GOAL_PICKS}")
+    out += [f"\n## Goals ({when}, what the studio serves: the combination; where the "
             "default still serves, it counts as a guess: 50% pairwise, 1 in 3 top-1)\n"]
     for label, temperature, metric, goal in (("consistent user, pairwise", 0.0, "pairwise", 0.90),
                                              ("noisy user (0.5), pairwise", 0.5, "pairwise", 0.80),
                                              ("consistent user, top-1", 0.0, "top1", 0.80)):
         chance = {"pairwise": 0.5, "top1": 1 / args.variations}[metric]  # the default expects nothing: a guess
         got = [getattr(r.served["combination"], metric) if r.served["combination"] else chance
-               for r in rows if r.choices == max(args.checkpoints) and r.temperature == temperature]
+               for r in rows if r.choices == judged and r.temperature == temperature]
         if got:
             mean = statistics.mean(got)
             error = (f" ± {statistics.stdev(got) / math.sqrt(len(got)):.1%} standard error over {len(got)} seeds"
