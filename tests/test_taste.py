@@ -217,3 +217,14 @@ def test_a_taste_learns_which_colours_go_with_which_moods_which_no_sum_of_phrase
     assert right(replace(taste, latents=None)) <= 0.7  # the sum alone: about a guess
     stored = PairwiseTaste.from_json(json.loads(json.dumps(taste.to_json())))  # as a tune stores it
     assert stored.interaction_strength == taste.interaction_strength and right(stored) == right(taste)
+
+
+def test_a_taste_stored_with_an_interaction_over_other_phrase_features_reads_as_the_default():
+    """A taste stored before the interaction read each phrase's own bucket (its latents had another length)
+    cannot be read with today's interaction: the default serves until the next tune refits it."""
+    from mas.models import EMBEDDING_DIM
+    from mas.taste import FEATURES, PHRASE_BUCKETS, PairwiseTaste
+
+    stored = PairwiseTaste(weights=np.ones(len(FEATURES)), latents=np.ones(PHRASE_BUCKETS), pairs=4).to_json()
+    assert not PairwiseTaste.from_json(stored).is_default
+    assert PairwiseTaste.from_json({**stored, "latents": [1.0] * (EMBEDDING_DIM + PHRASE_BUCKETS)}).is_default
