@@ -20,18 +20,11 @@ the taste has one, enters through p. That is the design's blind spot: it is opti
 already say, so a user whose taste lies mostly in how phrases combine (warm colours only with calm moods) is
 seldom shown the sets that would reveal it, and the interaction is never learned. So `settings.ab_explore` of
 the variations shown (one by default) are drawn at random among the other proposals, the design choosing the
-rest (at least two). When it came in, with the taste of that time (an interaction fitted after the sum), the
-learning benchmark's users whose taste is mostly such an interaction went from 74 % and 64 % to 88 % and 91 % of
-held-out pairs after 50 picks. With the present taste, the design as a whole (exploration included) gains,
-against showing the Director's first proposals, +0.9 ± 0.7 points pairwise after 50 picks for consistent users
-and +0.2 ± 0.6 for noisy ones (`bench/RESULTS-learning.md`, paired by seed, standard errors).
-Counting the information about the interaction too (its gradient in theta, where the served taste has one)
-gained +0.4 ± 0.6 points for consistent users (19 seeds), and ignoring the served taste's expectations (p = 1/k
-always) -0.6 ± 0.7 (14 seeds): neither was adopted.
+rest (at least two).
 
 With no taste promoted yet, every option is expected equally (p = 1/k) and, with no pick either, the set is
-simply the most varied one. The learning benchmark measures what this gains over offering the Director's
-first variations.
+simply the most varied one. What the design gains over offering the Director's first variations is measured
+by the learning benchmark (`bench/RESULTS-learning.md`).
 """
 
 from __future__ import annotations

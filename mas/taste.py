@@ -48,8 +48,7 @@ PREFERENCE_FEATURE = "preference"
 
 SCORE_SCALE = 10.0
 """Centred scores are multiplied by this: there are few of them and each sums up a whole axis of the video,
-so the L2 penalty, sized for 384 embedding dimensions, must not shrink them away (the learning benchmark
-measured 3, 10 and 30 within a point of each other; 1 cost two)."""
+so the L2 penalty, sized for 384 embedding dimensions, must not shrink them away."""
 
 PHRASE_BUCKETS = 1024
 """Besides its meaning (the embedding), each phrase has a value of its own to the user, which MiniLM cannot
@@ -57,19 +56,14 @@ know: a weight per phrase, hashed (crc32, the same in every process) into this m
 
 PHRASE_OWN_SCALE = 1.0
 """The size of that per-phrase feature against the unit-length embedding: 1 lets a phrase's own value and
-its meaning count alike under the one L2 penalty. The learning benchmark measured, after 50 picks, about
-one point more pairwise for both users than the embedding alone (0.3, 2 and 4 did no better)."""
+its meaning count alike under the one L2 penalty."""
 
 FEATURES = (*[f"phrases[{i}]" for i in range(EMBEDDING_DIM)], *[f"phrase_own[{i}]" for i in range(PHRASE_BUCKETS)],
             *SCORE_FEATURES, PREFERENCE_FEATURE)
 
 INTERACTION_GRID = (0.3, 1.0, 3.0)
 """L2 strengths on the interaction's theta tried by cross-validation, beside no interaction (the penalty is
-(strength / 2) |theta|^2 against the summed pair log-loss). With this grid, each phrase's own latent and the
-sum fitted together, the learning benchmark's simulated users were predicted after 50 random picks +1.6
-(consistent) and +1.2 (noisy) points pairwise better than with an interaction over the whole phrase features
-fitted after the sum on {1, 3, 10} (paired, on the same 24 seeds). Over 48 seeds the taste reaches 89.3 % and
-79.3 % on random picks, about what the benchmark's designed picks give."""
+(strength / 2) |theta|^2 against the summed pair log-loss)."""
 
 INTERACTION_START = 0.1
 """Standard deviation of theta's starting points, drawn from fixed seeds so a tune is repeatable: the
