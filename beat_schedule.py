@@ -7,28 +7,39 @@ Start with `mas beat` (which runs `celery -A beat_schedule:app beat`). Every job
 from celery.schedules import crontab
 
 from mas import names
-from mas.celery_app import app
+from mas.celery_app import Studio, default_app
+from mas.config import Settings
 
-SCHEDULE = {
-    # The seed's maintenance v3 cron: buffers that grow unbounded degrade instruction-following, so
-    # every 5 minutes each agent's buffer is summarized at 300 messages and reset at 500 / 600.
-    "maintain-message-buffers": {"task": names.MAINTAIN_BUFFERS, "schedule": crontab(minute="*/5")},
-    # Sleeptime consolidation also runs every N finished videos; this hourly run catches quiet periods
-    # so LAST_ACTIVITY and LAST_SESSION_SUMMARY never go stale.
-    "sleeptime-consolidation": {"task": names.CONSOLIDATE, "schedule": crontab(minute=0)},
-    # Lost messages (a wiped broker, a worker killed mid-task) are re-sent from Postgres: a video is lost
-    # when no message carries it and no step of it has a live lease (MAS_LEASE_EXPIRY_SECONDS).
-    "reconcile": {
-        "task": names.RECONCILE, "schedule": app.settings.reconcile_every_seconds,
-        "options": {"expires": app.settings.reconcile_every_seconds},  # a late run is dropped, not stacked
-    },
-    # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.
-    "run-scheduled-batches": {"task": names.RUN_SCHEDULES, "schedule": 30.0},
-    # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);
-    # with too few new pairs it says so and trains nothing.
-    "nightly-dpo-retraining": {"task": names.TUNE, "schedule": crontab(hour=3, minute=15)},
-    # Partial renders of killed workers are removed; task results expire by themselves (result_expires).
-    "cleanup-partial-files": {"task": names.CLEANUP, "schedule": crontab(minute=30)},
-}
 
-app.conf.beat_schedule = SCHEDULE
+def schedule(settings: Settings) -> dict:
+    """The beat schedule for `settings`."""
+    return {
+        # The seed's maintenance v3 cron: buffers that grow unbounded degrade instruction-following, so
+        # every 5 minutes each agent's buffer is summarized at 300 messages and reset at 500 / 600.
+        "maintain-message-buffers": {"task": names.MAINTAIN_BUFFERS, "schedule": crontab(minute="*/5")},
+        # Sleeptime consolidation also runs every N finished videos; this hourly run catches quiet periods
+        # so LAST_ACTIVITY and LAST_SESSION_SUMMARY never go stale.
+        "sleeptime-consolidation": {"task": names.CONSOLIDATE, "schedule": crontab(minute=0)},
+        # Lost messages (a wiped broker, a worker killed mid-task) are re-sent from Postgres: a video is lost
+        # when no message carries it and no step of it has a live lease (MAS_LEASE_EXPIRY_SECONDS).
+        "reconcile": {
+            "task": names.RECONCILE, "schedule": settings.reconcile_every_seconds,
+            "options": {"expires": settings.reconcile_every_seconds},  # a late run is dropped, not stacked
+        },
+        # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.
+        "run-scheduled-batches": {"task": names.RUN_SCHEDULES, "schedule": 30.0},
+        # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);
+        # with too few new pairs it says so and trains nothing.
+        "nightly-dpo-retraining": {"task": names.TUNE, "schedule": crontab(hour=3, minute=15)},
+        # Partial renders of killed workers are removed; task results expire by themselves (result_expires).
+        "cleanup-partial-files": {"task": names.CLEANUP, "schedule": crontab(minute=30)},
+    }
+
+
+def __getattr__(name: str) -> Studio:
+    """`celery -A beat_schedule:app beat`: the app from the environment's settings, with the schedule."""
+    if name != "app":
+        raise AttributeError(name)
+    app = default_app()
+    app.conf.beat_schedule = schedule(app.settings)
+    return app

@@ -3,11 +3,12 @@
 import importlib.util
 import time
 
+from celery import shared_task
+
 from mas import names
-from mas.celery_app import app
 
 
-@app.task(name=names.GPU_PING, bind=True)
+@shared_task(name=names.GPU_PING, bind=True)
 def ping(self, tag: str = "") -> dict:
     """Answer with host, queue, device and the time of answering; reads torch's view of CUDA only if installed."""
     device = "cpu (torch not installed)"

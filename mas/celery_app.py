@@ -1,8 +1,11 @@
-"""The Celery app: a cpu and a gpu queue (and their urgent twins), routing by package, JSON only, events on, late acks everywhere.
+"""The Celery app, made from settings: a cpu and a gpu queue (and their urgent twins), routing by package and
+by the pipeline's step table, JSON only, events on, late acks everywhere.
 
-Tasks live in `tasks` (cpu queue) and `gpu` (gpu queue); the app finds them by name so that `mas` never
-imports them at import time. Every task derives from `StudioTask`, which caps redeliveries: Redis keeps no
-delivery count, so a task that kills its worker would otherwise be redelivered forever.
+Tasks live in `tasks` (cpu queue) and `gpu` (gpu queue) as shared tasks: the app finds their modules by name
+(`names.TASK_PACKAGES`) so that `mas` never imports them, and nothing is read from the environment at import.
+`celery -A mas` gets its app from `mas.app` (`default_app`); a process that sends work gets it with
+`app_for(settings)`. Every task derives from `StudioTask`, which caps redeliveries; a pipeline step derives
+from `StepTask`, whose retries and time limits are read from the app's settings when it runs.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import logging
 import math
 from functools import partial
 
-from celery import Celery, Task
+from celery import Celery, Task, current_app
+from celery.exceptions import Ignore, Reject
 from celery.signals import after_setup_logger, after_setup_task_logger
 from kombu import Exchange, Queue
 from kombu.transport.redis import PRIORITY_STEPS
@@ -20,10 +24,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from mas import names
 from mas.clients import redis_client
 from mas.config import Settings
-from mas.errors import PeerUnavailable, PermanentError
+from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
+from mas.pipeline.steps import STEPS, Step
 from mas.queue_order import StickyCycle
 from mas.redaction import redact_logs
+from mas.singletons import per_process
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +80,12 @@ class StudioTask(Task):
     #: `agent_retry_backoff_max_seconds` for up to `peer_wait_seconds`, then fail with the reason. Such a
     #: task lists `PeerUnavailable` in `dont_autoretry_for`, so its other retries are not spent on the wait.
     waits_for_peers: bool = False
+    #: Whether deliveries are counted elsewhere: a pipeline step's lease counts its claims in Postgres
+    #: (`mas.leases`), so it is not counted twice here.
+    deliveries_counted_by_lease: bool = False
 
     def __call__(self, *args, **kwargs):
-        if self.request.called_directly or self.request.id is None:
+        if self.request.called_directly or self.request.id is None or self.deliveries_counted_by_lease:
             return self.run(*args, **kwargs)
         cap = self.max_deliveries or self.app.settings.max_deliveries
         key = names.deliveries_key(self.request.id, self.request.retries)
@@ -99,13 +108,66 @@ class StudioTask(Task):
             raise self.retry(exc=exc, countdown=every, max_retries=tries)
 
 
+class AgentTask(StudioTask):
+    """Base of the tasks that ask an agent (plan, write, review, consolidate). A reply that cannot be used yet
+    (`RetryableError`) is retried with backoff; a server that is away (`PeerUnavailable`) is waited for: the
+    batch waits and resumes when it returns. Limits are read from the app's settings when the task runs."""
+
+    autoretry_for = (*StudioTask.autoretry_for, RetryableError)
+    dont_autoretry_for = (PeerUnavailable,)
+    waits_for_peers = True
+    retry_backoff = 2
+    retry_jitter = True
+
+    @property
+    def retry_backoff_max(self) -> int:  # type: ignore[override]
+        return self.app.settings.agent_retry_backoff_max_seconds
+
+    @property
+    def max_retries(self) -> int:  # type: ignore[override]
+        return self.app.settings.agent_retries
+
+
+class AgentStepTask(AgentTask):
+    """A pipeline step that asks an agent (`mas.pipeline.runner.step_task`)."""
+
+    #: The step this task runs (set per task by `step_task`).
+    step: Step
+    deliveries_counted_by_lease = True
+
+
+class GpuStepTask(StudioTask):
+    """A pipeline step on the gpu worker (`mas.pipeline.runner.step_task`). A generator or grader that fails,
+    hangs (past its soft time limit) or answers garbage is retried a few times, then the video is skipped with
+    the reason; a `PermanentError` (a missing model, a refused workflow, invalid settings) would fail the same
+    way again, so it skips the video at once; `Ignore` is a duplicate delivery, not an error."""
+
+    #: The step this task runs (set per task by `step_task`).
+    step: Step
+    deliveries_counted_by_lease = True
+    autoretry_for = (Exception,)
+    dont_autoretry_for = (Ignore, Reject, PermanentError)
+
+    @property
+    def max_retries(self) -> int:  # type: ignore[override]
+        return self.app.settings.step_retries
+
+    @property
+    def time_limit(self) -> float:  # type: ignore[override]
+        return self.app.settings.max_render_seconds
+
+    @property
+    def soft_time_limit(self) -> float:  # type: ignore[override]
+        return int(self.app.settings.max_render_seconds * 0.97)
+
+
 @after_setup_logger.connect
 @after_setup_task_logger.connect
 def redact_worker_logs(logger=None, **_) -> None:
     """Every log line of a worker or beat goes out with its secrets redacted (URLs with passwords in
     error messages, API keys); see `mas.redaction`."""
-    if logger is not None:
-        redact_logs(logger, app.settings.secret_values())
+    if logger is not None and isinstance(current_app, Studio):
+        redact_logs(logger, current_app.settings.secret_values())
 
 
 class GivenUp(PermanentError):
@@ -131,7 +193,9 @@ def celery_config(settings: Settings) -> dict:
             StickyCycle, streak_limit=settings.gpu_streak_limit, urgent_streak_limit=settings.priority_streak_limit
         ),
     }
-    grade_queue = GRADE_QUEUE if settings.gpu_grouping else GPU_QUEUE
+    def queue(step: Step) -> str:
+        return GPU_QUEUE if step.queue == GRADE_QUEUE and not settings.gpu_grouping else step.queue
+
     return dict(
         broker_url=settings.effective_broker_url,
         result_backend=settings.effective_result_backend,
@@ -153,7 +217,7 @@ def celery_config(settings: Settings) -> dict:
         # queue's Redis list: no exchange binding is consulted, and a broker that lost its data (bindings
         # included) still routes every message from long-running workers.
         task_routes={
-            names.EVALUATE_VIDEO: {"queue": grade_queue},
+            **{step.task: {"queue": queue(step)} for step in STEPS},
             names.REGRADE: {"queue": GPU_URGENT_QUEUE},  # a person waits for `mas grade`
             "gpu.*": {"queue": GPU_QUEUE},
             "tasks.*": {"queue": CPU_QUEUE},
@@ -175,4 +239,29 @@ def celery_config(settings: Settings) -> dict:
     )
 
 
-app = Studio(Settings())
+def create_app(settings: Settings) -> Studio:
+    """A new Celery app for `settings`."""
+    return Studio(settings)
+
+
+def _broker_of(settings: Settings) -> tuple[str, str]:
+    return settings.effective_broker_url, settings.effective_result_backend
+
+
+def app_for(settings: Settings) -> Studio:
+    """The app this process sends work with to the broker of `settings`: the worker's own app inside a
+    worker, else one made once per process and broker."""
+    current = current_app._get_current_object()
+    if isinstance(current, Studio) and _broker_of(current.settings) == _broker_of(settings):
+        return current
+    return _made_for(settings)
+
+
+@per_process(key=_broker_of)
+def _made_for(settings: Settings) -> Studio:
+    return create_app(settings)
+
+
+def default_app() -> Studio:
+    """The app of a worker or beat started by `celery -A mas` (settings from the environment)."""
+    return app_for(Settings())

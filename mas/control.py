@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from mas import names, states
-from mas.celery_app import app
+from mas.celery_app import app_for
 from mas.db import session_scope
 from mas.errors import PermanentError
 from mas.memory import blocks
@@ -57,7 +57,7 @@ def cancel_video(settings, video_id: int) -> None:
             raise NotChangeable(f"video {video_id} is already {video.state.value}; nothing changed")
         due = finish_video(settings, session, video_id)
     if due:
-        app.send_task(names.CONSOLIDATE)
+        app_for(settings).send_task(names.CONSOLIDATE)
 
 
 def pause_batch(settings, batch_id: int) -> None:
@@ -81,7 +81,7 @@ def continue_batch(settings, batch_id: int) -> None:
         batch.status = BatchStatus.running if planned else BatchStatus.queued
         batch.updated_at = sa.func.now()
         _queue_status(settings, session, batch_id, "active")
-    app.send_task(names.RESUME_BATCH, args=[batch_id])
+    app_for(settings).send_task(names.RESUME_BATCH, args=[batch_id])
 
 
 def _queue_status(settings, session, batch_id: int, status: str) -> None:

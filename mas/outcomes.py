@@ -10,7 +10,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from mas import names, states
-from mas.celery_app import app
 from mas.db import session_scope
 from mas.memory import blocks
 from mas.models import (
@@ -22,6 +21,7 @@ from mas.models import (
     Video,
     VideoState,
 )
+from mas.pipeline.steps import StepPayload
 from mas.redaction import redact_text
 
 S = VideoState
@@ -42,25 +42,24 @@ def pending_videos(session, batch_id: int) -> list[int]:
 
 def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
     """A step failed for good (its retries spent): skip the video with the reason, and the batch goes on."""
-    payload = args[0] if args else kwargs.get("payload")
-    if isinstance(payload, dict):
-        video_id, attempt = payload["video_id"], payload.get("attempt")
-    else:
-        video_id, attempt = payload, (args[1] if len(args) > 1 else None)
+    payload = StepPayload.of_message(args, kwargs)
+    if payload is None:
+        return  # a message that named no video: nothing to skip
     settings = task.app.settings
-    reason = redact_text(f"{task.name.rsplit('.', 1)[-1]} failed: {type(exc).__name__}: {exc}", settings.secret_values())[:400]
+    step = getattr(task, "step", None)
+    what = step.name if step is not None else task.name.rsplit(".", 1)[-1]
+    reason = redact_text(f"{what} failed: {type(exc).__name__}: {exc}", settings.secret_values())[:400]
     due = False
     with session_scope(settings) as session:
-        if attempt is not None:
-            session.execute(
-                sa.update(Attempt).where(Attempt.video_id == video_id, Attempt.number == attempt)
-                .values(failure_reasons=sa.func.coalesce(Attempt.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
-                    sa.func.jsonb_build_array(reason)))
-            )
-        if states.fail(session, video_id, reason):
-            due = finish_video(settings, session, video_id)
+        session.execute(
+            sa.update(Attempt).where(Attempt.video_id == payload.video_id, Attempt.number == payload.attempt)
+            .values(failure_reasons=sa.func.coalesce(Attempt.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
+                sa.func.jsonb_build_array(reason)))
+        )
+        if states.fail(session, payload.video_id, reason):
+            due = finish_video(settings, session, payload.video_id)
     if due:
-        app.send_task(names.CONSOLIDATE)
+        task.app.send_task(names.CONSOLIDATE)
 
 
 def fail_batch(settings, batch_id: int, reason: str) -> bool:

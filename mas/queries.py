@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
 
 from mas import names
-from mas.celery_app import app, queue_keys
+from mas.celery_app import app_for, queue_keys
 from mas.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
@@ -77,7 +77,7 @@ def gpu_summary(settings: Settings) -> GpuSummary:
     """GPU work waiting in the broker by priority, and each gpu worker's turns and model residency."""
     client = redis_client(settings)
     urgent, renders, gradings = (
-        sum(client.llen(key) for key in queue_keys(app, queue))
+        sum(client.llen(key) for key in queue_keys(app_for(settings), queue))
         for queue in (names.GPU_URGENT_QUEUE, names.GPU_QUEUE, names.GRADE_QUEUE)
     )
     workers = []

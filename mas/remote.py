@@ -12,7 +12,7 @@ from typing import Any
 from celery.exceptions import TimeoutError as ResultTimeout
 
 from mas import names
-from mas.celery_app import app
+from mas.celery_app import app_for
 from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError
 
@@ -25,8 +25,8 @@ class TaskFailed(PermanentError):
     """The task ran on a worker and raised; the message carries the worker's error."""
 
 
-def _run_on_worker(task: str, *args: Any, kind: str, timeout: float) -> Any:
-    result = app.send_task(task, args=list(args))
+def _run_on_worker(settings: Settings, task: str, *args: Any, kind: str, timeout: float) -> Any:
+    result = app_for(settings).send_task(task, args=list(args))
     try:
         answer = result.get(timeout=timeout, propagate=False)
     except ResultTimeout:
@@ -39,10 +39,10 @@ def _run_on_worker(task: str, *args: Any, kind: str, timeout: float) -> Any:
     return answer
 
 
-def request_recover(*, timeout: float = 120) -> dict:
+def request_recover(settings: Settings, *, timeout: float = 120) -> dict:
     """Rebuild the queues from Postgres (safe any time); a cpu worker does it, as it sees what every worker
     holds. Returns the ids re-planned and re-sent."""
-    return _run_on_worker(names.RECOVER, kind="cpu", timeout=timeout)
+    return _run_on_worker(settings, names.RECOVER, kind="cpu", timeout=timeout)
 
 
 def regrade(settings: Settings, video_id: int) -> dict:
@@ -50,7 +50,7 @@ def regrade(settings: Settings, video_id: int) -> dict:
     work: it waits at most for the task on the GPU now (MAS_MAX_RENDER_SECONDS), then runs for at most
     MAS_REGRADE_MAX_SECONDS."""
     timeout = settings.max_render_seconds + settings.regrade_max_seconds
-    return _run_on_worker(names.REGRADE, video_id, kind="gpu", timeout=timeout)
+    return _run_on_worker(settings, names.REGRADE, video_id, kind="gpu", timeout=timeout)
 
 
 def tune(settings: Settings, *, dry_run: bool = False) -> dict:
@@ -58,4 +58,4 @@ def tune(settings: Settings, *, dry_run: bool = False) -> dict:
     training, held-out accuracy, promotion and why). It waits for its GPU turn behind the work already in
     the worker, then trains for at most MAS_TUNE_MAX_SECONDS."""
     timeout = (1 + settings.gpu_lookahead) * settings.max_render_seconds + settings.tune_max_seconds
-    return _run_on_worker(names.TUNE, dry_run, settings.user, kind="gpu", timeout=timeout)["reports"][0]
+    return _run_on_worker(settings, names.TUNE, dry_run, settings.user, kind="gpu", timeout=timeout)["reports"][0]

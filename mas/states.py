@@ -12,20 +12,17 @@ from sqlalchemy.orm import Session
 
 from mas.errors import PermanentError
 from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
+from mas.pipeline.steps import FINAL, STEPS
 
 S = VideoState
-TERMINAL = frozenset({S.accepted, S.failed, S.cancelled})
+TERMINAL = FINAL
 
 ALLOWED: dict[VideoState, frozenset[VideoState]] = {
-    S.pending: frozenset({S.writing, S.failed, S.cancelled}),
-    S.writing: frozenset({S.generating, S.failed, S.cancelled}),
-    S.generating: frozenset({S.evaluating, S.failed, S.cancelled}),
-    S.evaluating: frozenset({S.accepted, S.refining, S.failed, S.cancelled}),
-    S.refining: frozenset({S.writing, S.failed, S.cancelled}),
-    S.accepted: frozenset(),
-    S.failed: frozenset(),
-    S.cancelled: frozenset(),
+    **{step.state: frozenset({*step.leads_to, S.failed, S.cancelled}) for step in STEPS},
+    **{state: frozenset() for state in FINAL},
 }
+"""A live state goes where its step's success leads, or ends failed or cancelled; a final state goes nowhere."""
+
 
 class IllegalTransition(PermanentError, ValueError):
     """The state machine has no such move."""
@@ -59,14 +56,6 @@ def transition(
     if attempt is not None:
         stmt = stmt.where(Video.attempt_count == attempt)
     return session.execute(stmt).rowcount == 1
-
-
-def at_step(session: Session, video_id: int, state: VideoState, attempt: int) -> Video | None:
-    """The video when it is in `state` at `attempt`, else None (a duplicate or stale message)."""
-    video = session.get(Video, video_id)
-    if video is None or video.state != state or video.attempt_count != attempt:
-        return None
-    return video
 
 
 def attempt_row(session: Session, video_id: int, number: int) -> Attempt:

@@ -3,13 +3,14 @@
 import time
 from dataclasses import asdict
 
+from celery import shared_task
+
 from mas import names, production
-from mas.celery_app import app
 from mas.memory import recall
 from tasks import recovery
 
 
-@app.task(name=names.MAINTAIN_BUFFERS, bind=True)
+@shared_task(name=names.MAINTAIN_BUFFERS, bind=True)
 def maintain_buffers(self) -> list[dict]:
     """Maintenance v3 on every agent's message buffer: summarize at WARN, reset at CRITICAL/EMERGENCY.
 
@@ -24,7 +25,7 @@ def maintain_buffers(self) -> list[dict]:
     return [asdict(action) for action in actions]
 
 
-@app.task(name=names.RECONCILE, bind=True)
+@shared_task(name=names.RECONCILE, bind=True)
 def reconcile(self) -> dict:
     """Re-send work Postgres says is unfinished but no message carries; skip videos stuck for too long."""
     settings = self.app.settings
@@ -32,19 +33,19 @@ def reconcile(self) -> dict:
     return asdict(report)
 
 
-@app.task(name=names.RECOVER, bind=True)
+@shared_task(name=names.RECOVER, bind=True)
 def recover(self) -> dict:
     """`mas recover`: re-send every unfinished video and queued batch that nothing carries, at once."""
     return asdict(recovery.reconcile(self.app.settings, older_than=0))
 
 
-@app.task(name=names.RUN_SCHEDULES, bind=True)
+@shared_task(name=names.RUN_SCHEDULES, bind=True)
 def run_schedules(self) -> list[int]:
     """Enqueue the overnight batches whose time has come (each exactly once)."""
     return production.run_due_schedules(self.app.settings)
 
 
-@app.task(name=names.CLEANUP, bind=True)
+@shared_task(name=names.CLEANUP, bind=True)
 def cleanup(self) -> int:
     """Delete partial renders left behind by killed workers (older than the longest render)."""
     settings = self.app.settings

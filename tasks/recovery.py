@@ -19,13 +19,15 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from mas import leases, names, states
-from mas.celery_app import app, queue_keys
+from mas.celery_app import app_for, queue_keys
 from mas.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import Batch, BatchStatus, Video
+from mas.names import Priority
+from mas.pipeline.runner import resume_point, video_chain
+from mas.pipeline.steps import BY_TASK, Step, StepPayload
 from mas.production import batch_priority, send_plan
-from tasks.pipeline import next_step, video_chain
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +42,10 @@ class Live:
     def add(self, name: str, args: list) -> None:
         if not args:
             return
-        first = args[0]
         if name in (names.PLAN_BATCH, names.RESUME_BATCH):
-            self.batches.add(int(first))
-            return
-        video_id = first.get("video_id") if isinstance(first, dict) else first
-        if isinstance(video_id, int):
-            self.videos.add(video_id)
+            self.batches.add(int(args[0]))
+        elif name in BY_TASK and (payload := StepPayload.of_message(args, {})) is not None:
+            self.videos.add(payload.video_id)
 
 
 def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
@@ -56,6 +55,7 @@ def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
     chain's next message, so work moving from a worker to a queue is seen in one place or the other.
     """
     live = Live()
+    app = app_for(settings)
     inspect = app.control.inspect(timeout=inspect_timeout)
     for listing in (inspect.active() or {}, inspect.reserved() or {}):
         for tasks in listing.values():
@@ -70,9 +70,12 @@ def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
     return live
 
 
-def _lost(settings: Settings, lost_before: datetime) -> tuple[list[tuple[int, str]], list[tuple[int, str, int, str]]]:
-    """Queued batches (id, priority) and unfinished videos of running batches (id, first step, attempt,
-    priority) that nothing carries now."""
+Lost = tuple[list[tuple[int, Priority]], list[tuple[Step, StepPayload, Priority]]]
+
+
+def _lost(settings: Settings, lost_before: datetime) -> Lost:
+    """Queued batches (id, priority) and unfinished videos of running batches (the step their state names,
+    its payload, priority) that nothing carries now."""
     live = live_work(settings)
     alive, dead, last_step = leases.running(settings), leases.dead(settings), leases.last_activity(settings)
     with session_scope(settings) as session:
@@ -85,7 +88,7 @@ def _lost(settings: Settings, lost_before: datetime) -> tuple[list[tuple[int, st
             )
         ).all()
         resend = [
-            (video.id, *next_step(video), batch_priority(video.batch))
+            (*resume_point(video), batch_priority(video.batch))
             for video in unfinished
             if video.id not in live.videos and video.id not in alive
             and (video.id in dead or max(video.updated_at, last_step.get(video.id, video.updated_at)) <= lost_before)
@@ -127,10 +130,11 @@ def reconcile(settings: Settings, *, older_than: float) -> Report:
         replanned = [b for b in replanned if b in again_batches]
         resend = [r for r in resend if r in again_videos]
     for batch_id, priority in replanned:
-        send_plan(batch_id, priority=priority)
-    for video_id, start, attempt, priority in resend:
-        video_chain(video_id, attempt, start=start, priority=priority).apply_async()
-    replanned_ids, resent_ids = [b for b, _ in replanned], [v for v, *_ in resend]
+        send_plan(settings, batch_id, priority=priority)
+    app = app_for(settings)
+    for step, payload, priority in resend:
+        video_chain(app, payload, start=step, priority=priority).apply_async()
+    replanned_ids, resent_ids = [b for b, _ in replanned], [payload.video_id for _, payload, _ in resend]
     if replanned or resend:
         log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned_ids, resent_ids)
     return Report(replanned=replanned_ids, resent=resent_ids)

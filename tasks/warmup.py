@@ -13,9 +13,9 @@ import logging
 import threading
 import time
 
+from celery import current_app
 from celery.signals import worker_process_init
 
-from mas.celery_app import app
 from mas.memory.embeddings import EmbeddingUnavailable, get_embedder
 from mas.names import CPU_QUEUE
 
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def _load() -> None:
     started = time.monotonic()
     try:
-        get_embedder(app.settings)
+        get_embedder(current_app.settings)
     except EmbeddingUnavailable as exc:  # the first task that needs it reports the same error
         log.warning("embedding model not preloaded: %s", exc)
         return
@@ -34,6 +34,6 @@ def _load() -> None:
 
 @worker_process_init.connect
 def warm_embedder(**_) -> None:
-    if CPU_QUEUE not in (app.amqp.queues.consume_from or {}):
+    if CPU_QUEUE not in (current_app.amqp.queues.consume_from or {}):
         return
     threading.Thread(target=_load, name="warm-embedder", daemon=True).start()

@@ -6,11 +6,11 @@ Loaded only by that test's cpu worker (`celery worker --include tests.crashing_t
 import os
 import signal
 
-from mas.celery_app import app
+from celery import shared_task
 
 CRASH_TASK = "tasks.tests.crash_worker"  # a cpu task: a prefork worker outlives its pool processes
 
 
-@app.task(name=CRASH_TASK)
+@shared_task(name=CRASH_TASK)
 def crash_worker() -> None:
     os.kill(os.getpid(), signal.SIGKILL)

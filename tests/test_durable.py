@@ -114,9 +114,9 @@ def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_d
             studio.worker("gpu")
             studio.worker("gpu")  # a second gpu worker: two deliveries really run at once
             batch_id = studio.enqueue("Create 3 videos of glaciers")
-            studio.wait_until(lambda: any(v.state == VideoState.generating for v in studio.videos(batch_id)),
+            studio.wait_until(lambda: any(v.state == VideoState.rendering for v in studio.videos(batch_id)),
                               what="a render to start")
-            video = next(v for v in studio.videos(batch_id) if v.state == VideoState.generating)
+            video = next(v for v in studio.videos(batch_id) if v.state == VideoState.rendering)
             sender = Studio(studio.settings)
             payload = {"batch_id": batch_id, "video_id": video.id, "attempt": video.attempt_count}
             for _ in range(2):

@@ -72,16 +72,16 @@ def test_state_machine_guards(clean):
     with db.session_scope(clean) as s:
         vid = _video(s)
     with db.session_scope(clean) as s:
-        assert states.transition(s, vid, VideoState.pending, VideoState.writing, attempt=1)
+        assert states.transition(s, vid, VideoState.writing, VideoState.rendering, attempt=1)
     with db.session_scope(clean) as s:  # the same message delivered again: no-op
-        assert not states.transition(s, vid, VideoState.pending, VideoState.writing, attempt=1)
+        assert not states.transition(s, vid, VideoState.writing, VideoState.rendering, attempt=1)
     with db.session_scope(clean) as s:  # the wrong attempt: no-op
-        assert not states.transition(s, vid, VideoState.writing, VideoState.generating, attempt=2)
+        assert not states.transition(s, vid, VideoState.rendering, VideoState.grading, attempt=2)
     with pytest.raises(states.IllegalTransition):
         with db.session_scope(clean) as s:
-            states.transition(s, vid, VideoState.writing, VideoState.accepted)
+            states.transition(s, vid, VideoState.rendering, VideoState.accepted)
     with db.session_scope(clean) as s:
-        assert s.get(Video, vid).state == VideoState.writing
+        assert s.get(Video, vid).state == VideoState.rendering
         assert states.fail(s, vid, "stuck")
         assert not states.fail(s, vid, "stuck again")
     with db.session_scope(clean) as s:
@@ -90,8 +90,9 @@ def test_state_machine_guards(clean):
 
 
 def test_routing_by_package(settings):
-    from mas.celery_app import app
+    from mas.celery_app import app_for
 
+    app = app_for(settings)
     router = app.amqp.router
     assert router.route({}, "gpu.tasks.generate_video")["queue"].name == "gpu"
     assert router.route({}, "gpu.health.ping")["queue"].name == "gpu"
@@ -104,10 +105,12 @@ def test_routing_by_package(settings):
     assert conf.accept_content == ["json"]
 
 
-def test_chain_and_chord_across_queues(workers):
+def test_chain_and_chord_across_queues(workers, settings):
     from celery import chain, chord
 
-    from mas.celery_app import app
+    from mas.celery_app import app_for
+
+    app = app_for(settings)
 
     gpu_ping = app.signature("gpu.health.ping", args=["g"])
     cpu_ping = app.signature("tasks.health.ping", args=["c"])
@@ -118,26 +121,32 @@ def test_chain_and_chord_across_queues(workers):
     assert joined == {"queues": ["cpu", "gpu", "gpu"], "count": 3}
 
 
-def test_gpu_task_lands_only_on_gpu_worker(workers):
-    from mas.celery_app import app
+def test_gpu_task_lands_only_on_gpu_worker(workers, settings):
+    from mas.celery_app import app_for
+
+    app = app_for(settings)
 
     results = [app.send_task("gpu.health.ping") for _ in range(3)]
     assert {r.get(timeout=60)["worker"] for r in results} == {"gpu@test"}
 
 
-def test_beat_schedule_names_registered_tasks(workers):
+def test_beat_schedule_names_registered_tasks(workers, settings):
     import beat_schedule
-    from mas.celery_app import app
+    from mas.celery_app import app_for
+
+    app = app_for(settings)
 
     registered = set(app.control.inspect(destination=["cpu@test"], timeout=5).registered()["cpu@test"])
-    for entry in beat_schedule.SCHEDULE.values():
+    for entry in beat_schedule.schedule(settings).values():
         assert entry["task"] in registered
     assert app.send_task("tasks.maintenance.maintain_buffers").get(timeout=60)[0]["action"] == "ok"
 
 
-def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers):
+def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers, settings):
     """Renders and gradings queued interleaved run as two runs, not alternating (fewer model swaps)."""
-    from mas.celery_app import app
+    from mas.celery_app import app_for
+
+    app = app_for(settings)
     from mas.names import GPU_QUEUE, GRADE_QUEUE
 
     for queue in (GPU_QUEUE, GRADE_QUEUE):  # hold the gpu worker off while the work is queued

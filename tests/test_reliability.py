@@ -61,7 +61,7 @@ def test_gpu_worker_killed_mid_render(studio):
     gpu = studio.worker("gpu")
     batch_id = studio.enqueue("Create 3 videos of copper automatons")
     studio.wait_until(
-        lambda: any(v.state == VideoState.generating for v in studio.videos(batch_id)), what="a render in flight"
+        lambda: any(v.state == VideoState.rendering for v in studio.videos(batch_id)), what="a render in flight"
     )
     gpu.kill()  # the render dies with its worker; its message stays unacked in Redis
     studio.worker("gpu")
@@ -91,7 +91,7 @@ def test_postgres_restarted_mid_batch(studio):
     studio.worker("gpu")
     batch_id = studio.enqueue("Create 3 videos of salt flats")
     studio.wait_until(
-        lambda: any(v.state != VideoState.pending for v in studio.videos(batch_id)), what="work under way"
+        lambda: any(v.state != VideoState.writing for v in studio.videos(batch_id)), what="work under way"
     )
     services.stop_postgres(studio.settings)
     import time
@@ -188,7 +188,7 @@ def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
             studio.wait_batch(batch_id, timeout=120)
             (video_row,) = assert_batch_exact(studio, batch_id, 1)
             assert video_row.state == VideoState.failed
-            assert any("generate_video failed" in r for r in video_row.failure_reasons), video_row.failure_reasons
+            assert any("render failed" in r for r in video_row.failure_reasons), video_row.failure_reasons
             failed = blocks.read(studio.settings, "production_queue")["FAILED_RETRIES"]
             assert [f["video_id"] for f in failed] == [video_row.id]
             if outcome != "unreachable":

@@ -1,0 +1,176 @@
+"""The one way a pipeline step runs: lease, guard, work outside any transaction, record, move on.
+
+Every step of `mas.pipeline.steps.STEPS` is a `StepBody` registered with `step_task`. The runner
+
+1. claims the step's lease for (video, attempt, step) (`mas.leases`): a second delivery of a running step
+   leaves it alone; a step whose worker keeps dying is given up;
+2. in a short transaction with the video row locked, checks the video is where the step expects it (its
+   state is the step's state at the payload's attempt, its batch running) and lets the body read what its
+   work needs (`prepare`);
+3. runs the body's `work` (an agent's call, a render, a grading) with no transaction open;
+4. in a second short transaction, checks again (the video may have been cancelled meanwhile), lets the body
+   write its result (`record`) and moves the video to the state the body chose, in the same commit; a final
+   state updates its batch, series and counters there too (`mas.outcomes.finish_video`);
+5. after the commit, runs what the outcome asks for (send the next attempt) and a consolidation when due.
+
+A duplicate message finds the video further along at the same attempt and passes the payload on (the first
+delivery died after its commit, before its chain sent the next message); anything else (an older attempt, a
+final video, a paused or cancelled batch) ends the chain quietly (Celery's `Ignore`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import sqlalchemy as sa
+from celery import Task, chain, shared_task
+from celery.canvas import Signature
+from celery.exceptions import Ignore
+from sqlalchemy.orm import Session
+
+from mas import leases, names, states
+from mas.celery_app import AgentStepTask, GpuStepTask, prioritized
+from mas.config import Settings
+from mas.db import session_scope
+from mas.leases import Lease
+from mas.models import Video, VideoState
+from mas.names import Priority
+from mas.outcomes import fail_on_error, finish_video
+from mas.pipeline.steps import BY_STATE, Step, StepPayload, after, order
+
+log = logging.getLogger(__name__)
+
+Inputs = TypeVar("Inputs")
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRun:
+    """What a step's body knows of the run it is part of."""
+
+    step: Step
+    payload: StepPayload
+    settings: Settings
+    """The settings of the user the video's batch is made for (their taste and style)."""
+    lease: Lease
+    priority: Priority
+    task: Task
+
+    @property
+    def video_id(self) -> int:
+        return self.payload.video_id
+
+    @property
+    def attempt(self) -> int:
+        return self.payload.attempt
+
+    def describe(self) -> str:
+        return f"{self.step.name} of video {self.video_id} attempt {self.attempt}"
+
+
+@dataclass(kw_only=True)
+class Outcome:
+    """What a step's `record` decided: where the video goes, what is written with the move, what follows."""
+
+    state: VideoState
+    values: dict[str, Any] = field(default_factory=dict)
+    """Video columns written in the same UPDATE as the move (a grade, an output path)."""
+    then: Callable[[], None] | None = None
+    """Run after the commit (send the next attempt's chain, a consolidation)."""
+
+
+class StepBody(Protocol, Generic[Inputs, Result]):
+    """The part of a step that is its own; the runner does the rest."""
+
+    def prepare(self, run: StepRun, session: Session, video: Video) -> Inputs:
+        """Read what the work needs (the video row is locked; keep it short)."""
+
+    def work(self, run: StepRun, inputs: Inputs) -> Result:
+        """The step's work, with no transaction open (an agent's call, a render, a grading)."""
+
+    def record(self, run: StepRun, session: Session, video: Video, result: Result) -> Outcome:
+        """Write the result and say where the video goes (the row is locked; it moves in this commit)."""
+
+
+def step_task(step: Step, body: StepBody) -> Task:
+    """Register the Celery task that runs `step` with `body` (its options: `mas.celery_app.AgentStepTask` or
+    `GpuStepTask`)."""
+
+    def run(self: Task, payload: dict) -> dict:
+        return run_step(self, step, StepPayload.from_json(payload), body)
+
+    run.__name__ = run.__qualname__ = step.task.rsplit(".", 1)[-1]
+    run.__module__ = type(body).__module__
+    run.__doc__ = f"The {step.name} step: {step.work}."
+    base = GpuStepTask if step.on_gpu else AgentStepTask
+    return shared_task(name=step.task, bind=True, base=base, on_failure=fail_on_error, step=step)(run)
+
+
+def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> dict:
+    """Run one delivery of `step` for `payload` (see the module's docstring); returns the payload for the
+    chain's next step."""
+    settings: Settings = task.app.settings
+    with leases.hold_step(settings, video_id=payload.video_id, attempt=payload.attempt, step=step.name) as lease:
+        with session_scope(settings) as session:
+            video = _locked(session, payload.video_id)
+            if _done_before(step, video, payload):
+                return payload.to_json()
+            if not _due(step, video, payload) or not states.steps_may_run(session, video.id):
+                raise Ignore()
+            run = StepRun(step=step, payload=payload, settings=settings.for_user(video.batch.user_name), lease=lease,
+                          priority=priority_of(task), task=task)
+            inputs = body.prepare(run, session, video)
+        result = body.work(run, inputs)
+        with session_scope(settings) as session:
+            video = _locked(session, payload.video_id)
+            if not _due(step, video, payload):
+                log.info("%s: the video moved on meanwhile (cancelled or failed); nothing recorded", run.describe())
+                raise Ignore()
+            outcome = body.record(run, session, video, result)
+            if not states.transition(session, video.id, step.state, outcome.state, attempt=payload.attempt,
+                                     **outcome.values):
+                raise Ignore()
+            consolidation_due = outcome.state in states.TERMINAL and finish_video(run.settings, session, video.id)
+    if outcome.then is not None:
+        outcome.then()
+    if consolidation_due:
+        task.app.send_task(names.CONSOLIDATE)
+    return payload.to_json()
+
+
+def _locked(session: Session, video_id: int) -> Video | None:
+    return session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
+
+
+def _due(step: Step, video: Video | None, payload: StepPayload) -> bool:
+    return video is not None and video.state == step.state and video.attempt_count == payload.attempt
+
+
+def _done_before(step: Step, video: Video | None, payload: StepPayload) -> bool:
+    """The video is further along in the same attempt: this step's work is committed."""
+    return (
+        video is not None and video.attempt_count == payload.attempt and video.state not in states.TERMINAL
+        and order(video.state) > order(step.state)
+    )
+
+
+def priority_of(task: Task) -> Priority:
+    """high when the task came from an urgent queue."""
+    queue = (task.request.delivery_info or {}).get("routing_key") or ""
+    return "high" if names.is_urgent(queue) else "normal"
+
+
+def video_chain(app, payload: StepPayload, *, start: Step, priority: Priority):
+    """The chain of one attempt of one video from `start` on; every step of high-priority work goes to its
+    urgent queue. Each step hands the next the payload it was given."""
+    first: Signature = app.signature(start.task, args=(payload.to_json(),))
+    rest = [app.signature(step.task) for step in after(start)]
+    return chain(*(prioritized(app, signature, priority) for signature in (first, *rest)))
+
+
+def resume_point(video: Video) -> tuple[Step, StepPayload]:
+    """Where an unfinished video's work goes on: the step its state names, for its current attempt."""
+    return BY_STATE[video.state], StepPayload(video_id=video.id, attempt=video.attempt_count)

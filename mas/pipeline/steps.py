@@ -1,0 +1,104 @@
+"""The pipeline's steps, declared once: each step's name, task, queue, the state it runs in and where it leads.
+
+A video's live state names the step that is due (or running) for its current attempt, so a state, a step and
+a lease are one name: `writing` -> write, `rendering` -> render, `grading` -> grade, `reviewing` -> review.
+Every step runs through one mechanism (`mas.pipeline.runner`): claim the lease, check the video is where the
+step expects it, do the work with no transaction open, record the result and move the video on. Adding a
+stage is one entry here and one body registered with `mas.pipeline.runner.step_task`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mas import names
+from mas.errors import InvalidInput
+from mas.models import VideoState
+
+S = VideoState
+StepName = Literal["write", "render", "grade", "review"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One step of an attempt."""
+
+    name: StepName
+    """What leases, logs and people call it."""
+    task: str
+    """The registered Celery task that runs it (`mas.names`)."""
+    queue: str
+    """The queue its task goes to (high-priority work goes to that queue's urgent twin)."""
+    state: VideoState
+    """The video's state while this step is due or running."""
+    leads_to: tuple[VideoState, ...]
+    """The states its success may move the video to (first: the usual one)."""
+    work: str
+    """What it does, for people."""
+    on_gpu: bool = False
+    """Whether it runs on the gpu worker (its retries and time limits are the gpu steps')."""
+
+
+STEPS: tuple[Step, ...] = (
+    Step(name="write", task=names.WRITE_PROMPT, queue=names.CPU_QUEUE, state=S.writing, leads_to=(S.rendering,),
+         work="the Writer writes the attempt's prompt from the concept, the user's style and past outcomes"),
+    Step(name="render", task=names.GENERATE_VIDEO, queue=names.GPU_QUEUE, state=S.rendering, leads_to=(S.grading,),
+         work="the video backend renders the prompt to an mp4", on_gpu=True),
+    Step(name="grade", task=names.EVALUATE_VIDEO, queue=names.GRADE_QUEUE, state=S.grading, leads_to=(S.reviewing,),
+         work="the grader scores the render per axis and grades it", on_gpu=True),
+    Step(name="review", task=names.REVIEW, queue=names.CPU_QUEUE, state=S.reviewing,
+         leads_to=(S.accepted, S.writing, S.failed),
+         work="the Cameraman accepts the attempt, refines it (the next attempt's write) or gives the video up"),
+)
+"""In the order an attempt runs them."""
+
+FIRST = STEPS[0]
+BY_NAME: dict[str, Step] = {step.name: step for step in STEPS}
+BY_STATE: dict[VideoState, Step] = {step.state: step for step in STEPS}
+BY_TASK: dict[str, Step] = {step.task: step for step in STEPS}
+FINAL = frozenset({S.accepted, S.failed, S.cancelled})
+
+
+def step_named(name: str) -> Step:
+    """The step called `name`."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise InvalidInput(f"no pipeline step is called {name!r}; the steps are {', '.join(BY_NAME)}") from None
+
+
+def after(step: Step) -> tuple[Step, ...]:
+    """The steps that follow `step` in the same attempt."""
+    return STEPS[STEPS.index(step) + 1:]
+
+
+def order(state: VideoState) -> int:
+    """Where a live state comes in an attempt (0 for writing)."""
+    return STEPS.index(BY_STATE[state])
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPayload:
+    """What every step's message carries: which attempt of which video. The database holds the rest."""
+
+    video_id: int
+    attempt: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"video_id": self.video_id, "attempt": self.attempt}
+
+    @classmethod
+    def from_json(cls, value: Any) -> StepPayload:
+        if not isinstance(value, dict) or not all(isinstance(value.get(k), int) for k in ("video_id", "attempt")):
+            raise InvalidInput(f"a step's payload names a video_id and an attempt, got {value!r}"[:300])
+        return cls(video_id=value["video_id"], attempt=value["attempt"])
+
+    @classmethod
+    def of_message(cls, args: Any, kwargs: Any) -> StepPayload | None:
+        """The payload of a step task's message (positional or keyword), or None when it carries none."""
+        value = args[0] if args else (kwargs or {}).get("payload")
+        try:
+            return cls.from_json(value)
+        except InvalidInput:
+            return None
