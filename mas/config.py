@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import re
 import tempfile
 from functools import cached_property
@@ -51,8 +52,11 @@ def is_loopback(host: str) -> bool:
 class Settings(BaseSettings):
     """Configuration of a `mas` installation; see each field's description."""
 
-    # hide_input_in_errors: a refused value may be a URL holding a password; errors name the setting only
-    model_config = SettingsConfigDict(env_prefix="MAS_", env_file=".env", extra="ignore", hide_input_in_errors=True)
+    # hide_input_in_errors: a refused value may be a URL holding a password; errors name the setting only.
+    # enable_decoding=False: JSON values are parsed by `_parse_json`, so a value that does not parse is a
+    # validation error of its field, named as its MAS_ variable like any other
+    model_config = SettingsConfigDict(env_prefix="MAS_", env_file=".env", extra="ignore", hide_input_in_errors=True,
+                                      enable_decoding=False)
 
     # --- where things live -------------------------------------------------------------------
     data_dir: Path = Field(
@@ -324,6 +328,17 @@ class Settings(BaseSettings):
     # --- monitoring ----------------------------------------------------------------------------
     flower_user: str | None = Field(default=None, description="Flower basic-auth user.")
     flower_password: SecretStr | None = Field(default=None, description="Flower basic-auth password.")
+
+    @field_validator("comfyui_nodes", "dqa_weights", mode="before")
+    @classmethod
+    def _parse_json(cls, value: object) -> object:
+        """A JSON setting as the environment or .env gives it: text, parsed here."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc.msg} at character {exc.pos + 1}") from None
 
     @field_validator("data_dir")
     @classmethod

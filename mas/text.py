@@ -2,13 +2,15 @@
 refused first, with the name of what carried it).
 
 A request, a memory value or a failure reason may hold anything a user or a peer typed: escape sequences a
-terminal would obey, a bell, NUL bytes, halves of a surrogate pair from bytes that were not UTF-8. The
-studio shows such text as text and refuses to store what the database cannot hold, before writing anything.
+terminal would obey, a bell, NUL bytes, lone surrogates (from a JSON escape such as "\\ud800", or from
+command-line bytes that were not UTF-8, which Python decodes as surrogates). The studio shows such text as
+text and refuses to store what the database cannot hold, before writing anything.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from mas.errors import InvalidInput
@@ -29,20 +31,43 @@ def visible(text: str) -> str:
     return SURROGATE.sub(_escape, CONTROL.sub(_escape, text))
 
 
-def check_storable(value: Any, what: str) -> None:
-    """Refuse text PostgreSQL cannot store (NUL; lone surrogates, which come from bytes that are not UTF-8),
-    anywhere inside `value` (a string, or JSON lists and objects of them), naming `what` it was."""
+def check_utf8(text: str, what: str) -> None:
+    """Refuse text decoded from bytes that were not UTF-8 (a command-line argument: Python keeps each such
+    byte as a surrogate), naming `what` it was and the first bad byte."""
+    bad = SURROGATE.search(text)
+    if bad:
+        code = ord(bad.group())
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise InvalidInput(f"{what} is not valid UTF-8 text ({byte} at character {bad.start() + 1} is from "
+                           "another encoding); convert it to UTF-8")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside `value`: itself, or the keys and items of JSON lists and objects."""
     if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidInput(f"{what} contains a NUL character, which cannot be stored; remove it")
-        if SURROGATE.search(value):
-            raise InvalidInput(
-                f"{what} is not valid UTF-8 text (it came from bytes in another encoding); convert it to UTF-8"
-            )
+        yield value
     elif isinstance(value, dict):
         for key, item in value.items():
-            check_storable(key, what)
-            check_storable(item, what)
+            yield from _strings(key)
+            yield from _strings(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            check_storable(item, what)
+            yield from _strings(item)
+
+
+def check_unicode(value: Any, what: str) -> None:
+    """Refuse a lone surrogate anywhere inside `value`: it is not a Unicode character, so it cannot be
+    encoded as UTF-8 (not by PostgreSQL, not by a tokenizer), naming `what` it was."""
+    for text in _strings(value):
+        bad = SURROGATE.search(text)
+        if bad:
+            raise InvalidInput(f"{what} contains a lone surrogate (U+{ord(bad.group()):04X}), which is not a "
+                               "valid Unicode character; remove it")
+
+
+def check_storable(value: Any, what: str) -> None:
+    """Refuse text PostgreSQL cannot store (NUL, lone surrogates) anywhere inside `value` (a string, or JSON
+    lists and objects of them), naming `what` it was."""
+    if any("\x00" in text for text in _strings(value)):
+        raise InvalidInput(f"{what} contains a NUL character, which cannot be stored; remove it")
+    check_unicode(value, what)

@@ -7,7 +7,6 @@ every table, the same block versions, the same messages in every queue.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import sqlalchemy as sa
 
 from mas import db
 from mas.clients import redis_client
+from mas.errors import InvalidInput
+from mas.memory.archival import ArchivalMemory
 from tests.studio import ROOT, IsolatedStudio
 
 
@@ -55,13 +56,14 @@ def run(studio: IsolatedStudio, *args: str | bytes, env: dict | None = None, cwd
 
 def refused(studio: IsolatedStudio, *args: str | bytes, status: int, says: str, env: dict | None = None,
             cwd: Path | None = None) -> str:
-    """Run a command that must be refused; check its status, message and that nothing changed."""
+    """Run a command that must be refused; check its status, its one error line and that nothing changed."""
     before = snapshot(studio)
     result = run(studio, *args, env=env, cwd=cwd)
     out = (result.stdout + result.stderr).decode(errors="replace")
     assert result.returncode == status, out
     assert "Traceback" not in out, out
-    assert says.lower() in out.lower(), out
+    errors = [line for line in result.stderr.decode(errors="replace").splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and says.lower() in errors[0].lower(), out
     assert snapshot(studio) == before, out
     return out
 
@@ -85,13 +87,18 @@ CASES = [
     (("enqueue", "--priority", "urgent", "Create a video of a fox"), 2, "invalid value"),
     # block values: JSON strings the database refuses, structured entries without their fields
     (("memory", "set", "user_style", "COLOR_PREFERENCES", '"red\\u0000blue"'), 2, "NUL"),
-    (("memory", "set", "user_style", "COLOR_PREFERENCES", '"\\ud800"'), 2, "not valid UTF-8"),
+    (("memory", "set", "user_style", "COLOR_PREFERENCES", '"\\ud800"'), 2, "lone surrogate (U+D800)"),
+    (("memory", "set", "user_style", "COLOR_PREFERENCES", '["\\udcff"]'), 2, "not a valid Unicode character"),
     (("memory", "set", "session_state", "PENDING_WORK", '[{"request": "x"}]'), 2, "PENDING_WORK.0.batch_id"),
     (("memory", "set", "ab_testing", "VARIATIONS", '[{"label": "A"}]'), 2, "VARIATIONS.0"),
     (("memory", "set", "ab_testing", "USER_SELECTIONS", '["B"]'), 2, "USER_SELECTIONS.0"),
     (("memory", "set", "quality_standards", "MAX_RETRIES", "500"), 2, "less than or equal to 20"),
     (("memory", "set", "nonsense", "X", "1"), 2, "unknown memory block"),
     (("memory", "set", "user_style", "NOPE", "1"), 2, "has no field"),
+    # ports a socket cannot have
+    (("serve", "--port", "99999"), 2, "is not in the range"),
+    (("serve", "--port", "-1"), 2, "is not in the range"),
+    (("flower", "--port", "65536"), 2, "is not in the range"),
 ]
 
 
@@ -101,7 +108,9 @@ def test_bad_arguments_are_refused_and_change_nothing(studio, args, status, says
 
 
 SETTINGS = [
-    ({"MAS_COMFYUI_NODES": "{not json"}, "unreadable setting"),
+    ({"MAS_COMFYUI_NODES": "{not json"}, "invalid MAS_COMFYUI_NODES"),
+    ({"MAS_COMFYUI_NODES": '["prompt"]'}, "invalid MAS_COMFYUI_NODES"),
+    ({"MAS_DQA_WEIGHTS": "[0.25, 0.15"}, "invalid MAS_DQA_WEIGHTS"),
     ({"MAS_COMFYUI_URL": "http://127.0.0.1:99999"}, "MAS_COMFYUI_URL"),
     ({"MAS_CPU_CONCURRENCY": "100000"}, "MAS_CPU_CONCURRENCY"),
     ({"MAS_VIDEO_FPS": "1e23"}, "MAS_VIDEO_FPS"),
@@ -126,6 +135,8 @@ def test_a_data_folder_that_is_empty_or_cannot_be_created_is_refused(studio):
 def test_bytes_that_are_not_utf8_in_arguments_and_in_the_env_file(studio, tmp_path):
     refused(studio, "enqueue", b"Create 2 videos of caf\xe9s", status=2, says="not valid UTF-8")
     refused(studio, "style", b"I like \xff\xfe tones", status=2, says="not valid UTF-8")
+    refused(studio, "memory", "search", b"\xff\xfe cats", status=2, says="not valid UTF-8 text (byte 0xff")
+    refused(studio, "memory", "set", "user_style", "COLOR_PREFERENCES", b"caf\xe9", status=2, says="not valid UTF-8")
     (tmp_path / ".env").write_bytes(b"MAS_SLEEPTIME_FREQUENCY=5\nMAS_LLM_MODEL=caf\xe9\n")
     refused(studio, "status", status=1, says="not UTF-8", cwd=tmp_path)
 
@@ -153,6 +164,12 @@ def test_user_text_is_printed_as_text_never_as_markup_or_terminal_codes(studio):
     assert "[red]crimson[/red]" in shown.stdout.decode() and "\x1b" not in shown.stdout.decode()
 
 
+def test_a_search_for_text_with_a_lone_surrogate_is_refused_clearly(studio):
+    """An agent's query may carry one (a JSON escape in a model's reply): refused by name, not a tokenizer error."""
+    with pytest.raises(InvalidInput, match="the search text contains a lone surrogate"):
+        ArchivalMemory(studio.settings).search("cats \ud800")
+
+
 def test_quotes_series_and_variation_words_are_read_in_context(studio):
     from mas.requests import parse_request
 
@@ -169,6 +186,27 @@ def test_quotes_series_and_variation_words_are_read_in_context(studio):
     assert (batch.kind, batch.count, batch.theme) == ("batch", 3, "a 2-part series poster")
 
 
+SERVE_DEADLINE = 180
+"""Seconds `mas serve` gets to answer its first request: it starts in a second or two, far longer on a
+shared, loaded machine. The wait ends at its first answer."""
+
+
+def first_answer(proc: subprocess.Popen, url: str, *, auth: tuple[str, str] | None = None) -> httpx.Response:
+    """The first answer of the `mas serve` starting in `proc`, polled until it answers, exits or the deadline."""
+    deadline = time.monotonic() + SERVE_DEADLINE
+    while True:
+        try:
+            return httpx.get(url, auth=auth, timeout=10)
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                pipe = proc.stderr or proc.stdout
+                said = pipe.read().decode(errors="replace")[-2000:] if pipe else ""
+                raise AssertionError(f"mas serve exited ({proc.returncode}) before answering: {said}") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"mas serve did not answer {url} within {SERVE_DEADLINE} s") from None
+            time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def gallery(studio):
     with socket.socket() as sock:
@@ -178,12 +216,7 @@ def gallery(studio):
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                httpx.get(url + "/", timeout=2)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        first_answer(proc, url + "/")
         yield url
     finally:
         proc.terminate()
@@ -227,7 +260,7 @@ def test_no_secret_reaches_output_logs_stored_reasons_or_the_gallery(tmp_path):
         studio.worker("cpu")
         studio.worker("gpu")
         batch_id = studio.enqueue("Create a video of a lighthouse")
-        studio.wait_batch(batch_id, timeout=180)
+        studio.wait_batch(batch_id, timeout=600)  # seconds alone; minutes on a loaded 2-core machine
         outputs = [run(studio, *args) for args in (("status", str(batch_id)), ("videos",), ("services",),
                                                    ("memory", "show"), ("enqueue", "Create 2 videos of"))]
         with db.session_scope(studio.settings) as s:
@@ -237,14 +270,7 @@ def test_no_secret_reaches_output_logs_stored_reasons_or_the_gallery(tmp_path):
             stored += json.dumps(s.execute(sa.text("select value from memory_blocks")).scalars().all())
         with subprocess.Popen([sys.executable, "-m", "mas.cli", "serve", "--port", str(closed)], env=studio.env,
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as serve:
-            page = ""
-            for _ in range(120):
-                try:
-                    page = httpx.get(f"http://127.0.0.1:{closed}/batches/{batch_id}", auth=("me", secrets[4]),
-                                     timeout=2).text
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.5)
+            page = first_answer(serve, f"http://127.0.0.1:{closed}/batches/{batch_id}", auth=("me", secrets[4])).text
             serve.terminate()
             served = serve.communicate(timeout=10)[0].decode(errors="replace")
         logs = "".join(w.log.read_text(errors="replace") for w in studio.workers)

@@ -8,7 +8,7 @@ from mas.cli import control, letta, memory, quality, studio, watching, work
 from mas.cli.context import load_settings
 from mas.errors import InvalidInput, StudioError
 from mas.redaction import redact_text
-from mas.text import visible
+from mas.text import check_utf8, visible
 
 
 def one_line(exc: StudioError) -> str:
@@ -26,6 +26,15 @@ class BadUsage(click.ClickException):
 class StudioGroup(click.Group):
     """A studio error is the user's to act on: its message, one line, no traceback; exit status 2 when the
     input was wrong (bad usage), 1 otherwise. Anything else is a bug and keeps its traceback."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Refuse an argument that was not UTF-8 before any command sees it: every command then gets text."""
+        for arg in args:
+            try:
+                check_utf8(arg, f"the argument '{visible(arg)[:80]}'")
+            except InvalidInput as exc:
+                raise BadUsage(one_line(exc)) from None
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:

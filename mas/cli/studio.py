@@ -12,6 +12,9 @@ from mas import foreground, processes, services
 from mas.cli.context import console, load_settings, ready
 from mas.config import Settings
 
+PORT = click.IntRange(0, 65535)
+"""A TCP port (0: any free one)."""
+
 READY_HINT = 'Queue work from another terminal, e.g. mas enqueue --wait "Create 3 videos of dragons"; Ctrl-C stops it all.'
 
 
@@ -107,7 +110,7 @@ def beat(settings: Settings, loglevel: str) -> None:
 
 @click.command()
 @click.option("--address", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=5555, show_default=True)
+@click.option("--port", type=PORT, default=5555, show_default=True)
 @click.pass_obj
 def flower(settings: Settings, address: str, port: int) -> None:
     """Start Flower. Beyond loopback it requires MAS_FLOWER_USER and MAS_FLOWER_PASSWORD."""
@@ -116,7 +119,7 @@ def flower(settings: Settings, address: str, port: int) -> None:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=8000, show_default=True)
+@click.option("--port", type=PORT, default=8000, show_default=True)
 @click.pass_obj
 def serve(settings: Settings, host: str, port: int) -> None:
     """Open the web gallery: watch videos, compare A/B variations, pick winners.

@@ -23,6 +23,7 @@ from mas.db import session_scope
 from mas.errors import InvalidInput
 from mas.memory.embeddings import Embedder, get_embedder
 from mas.models import ArchivalPassage
+from mas.text import check_storable, check_unicode
 
 # The tags agents use today; any other lowercase word is accepted too, so new kinds of lesson need no
 # code change.
@@ -80,9 +81,12 @@ def validate_tags(tags: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(checked))
 
 
-def _validate_text(text: str) -> str:
+def _validate_text(text: str, what: str = "an archival passage") -> str:
+    """`text` when it can be embedded: non-empty, with no lone surrogate (the tokenizer fails on one with an
+    error that would not say which text)."""
     if not isinstance(text, str) or not text.strip():
-        raise InvalidInput("an archival passage needs a non-empty text")
+        raise InvalidInput(f"{what} is empty")
+    check_unicode(text, what)
     return text
 
 
@@ -152,6 +156,7 @@ class ArchivalMemory:
             {"text": _validate_text(item.text), "tags": validate_tags(item.tags), "meta": dict(item.metadata)}
             for item in items
         ]
+        check_storable([[row["text"], row["meta"]] for row in rows], "an archival passage")
         if not rows:
             return []
         vectors = self.embedder.embed([row["text"] for row in rows])
@@ -175,7 +180,8 @@ class ArchivalMemory:
         `tags`: only passages carrying all of them; `since` (inclusive) / `until` (exclusive): only
         passages created in that window.
         """
-        vector = self.embedder.embed_one(_validate_text(query))
+        query = _validate_text(query, "the search text")  # before the model loads
+        vector = self.embedder.embed_one(query)
         return self.search_by_vector(vector, tags=tags, since=since, until=until, limit=limit)
 
     def search_by_vector(
