@@ -28,6 +28,8 @@ from mas.models import (
     Attempt,
     Batch,
     BatchStatus,
+    MemoryBlock,
+    MemoryBlockChange,
     Series,
     Video,
     VideoState,
@@ -41,14 +43,36 @@ def submitted(*args: str) -> int:
     return int(result.output.split()[1].rstrip(":"))
 
 
-def wait_batch(settings, batch_id: int, timeout: float = 120) -> None:
+BATCHES_DEADLINE = 900
+"""Seconds the module's batches get to finish together: a few preview renders take seconds, but on a shared
+2-core machine under load the workers may wait long for a core. The wait ends as soon as they are done."""
+
+
+def where_batches_stand(settings, batch_ids: list[int]) -> str:
+    """Each batch's status and its videos' states, for a failure message."""
+    with session_scope(settings) as s:
+        return "; ".join(
+            f"batch {b}: {s.get(Batch, b).status.value}, videos "
+            + str([(v.id, v.state.value, v.attempt_count, v.failure_reasons)
+                   for v in s.scalars(sa.select(Video).where(Video.batch_id == b).order_by(Video.id))])
+            for b in batch_ids
+        )
+
+
+def wait_batches(settings, batch_ids: list[int], timeout: float = BATCHES_DEADLINE) -> None:
+    """Poll until every batch is done; stop at once if one ends otherwise, and at the deadline say where each
+    batch stood."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         with session_scope(settings) as s:
-            if s.get(Batch, batch_id).status == BatchStatus.done:
-                return
-        time.sleep(0.3)
-    raise TimeoutError(f"batch {batch_id} did not finish")
+            statuses = [s.get(Batch, b).status for b in batch_ids]
+        if all(status == BatchStatus.done for status in statuses):
+            return
+        if any(status in (BatchStatus.failed, BatchStatus.cancelled) for status in statuses):
+            raise AssertionError(f"a batch ended without finishing: {where_batches_stand(settings, batch_ids)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not done after {timeout} s: {where_batches_stand(settings, batch_ids)}")
+        time.sleep(0.5)
 
 
 @dataclass(frozen=True)
@@ -68,8 +92,7 @@ def studio(settings, workers) -> Studio:
     batch = submitted("enqueue", "Create 2 videos of paper lanterns")
     series_batch = submitted("series", "Lantern Keepers", "--episodes", "1")
     ab_batch = submitted("ab", "a heron at dawn", "--variations", "2")
-    for batch_id in (batch, series_batch, ab_batch):
-        wait_batch(settings, batch_id)
+    wait_batches(settings, [batch, series_batch, ab_batch])
     with session_scope(settings) as s:
         series, test = s.get(Batch, series_batch).series_id, s.get(Batch, ab_batch).ab_test_id
     return Studio(batch=batch, series=series, series_batch=series_batch, ab_batch=ab_batch, test=test)
@@ -163,6 +186,26 @@ def test_series_page_shows_its_style_and_episodes(client, settings, studio):
     assert series.name == "Lantern Keepers" and series.style and series.consistency_rules
     assert str(escape(series.style)) in page.text and f'href="/batches/{studio.series_batch}"' in page.text
     assert f"{series.episodes_completed} done of 1 planned" in page.text
+
+
+def memory_tables(settings) -> tuple:
+    """Every stored block (label, version, value, change times) and every recorded change."""
+    with session_scope(settings) as s:
+        stored = s.execute(sa.select(MemoryBlock.label, MemoryBlock.version, MemoryBlock.value,
+                                     MemoryBlock.field_updated_at).order_by(MemoryBlock.label)).all()
+        changes = s.execute(sa.select(MemoryBlockChange.id, MemoryBlockChange.label)
+                            .order_by(MemoryBlockChange.id)).all()
+    return stored, changes
+
+
+def test_opening_the_gallery_as_a_new_user_writes_nothing(settings):
+    newcomer = TestClient(create_app(settings.for_user("gallery-newcomer")))
+    before = memory_tables(settings)
+    for path in ("/", "/memory"):
+        page = newcomer.get(path)
+        assert page.status_code == 200, page.text[:300]
+    assert "MIN_ACCEPTABLE_GRADE" in page.text  # the defaults are shown, unwritten
+    assert memory_tables(settings) == before
 
 
 def test_memory_page_shows_the_six_blocks_read_only(client, settings, studio):

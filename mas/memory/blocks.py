@@ -33,6 +33,10 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+NO_ACTIVITY = "1970-01-01T00:00:00+00:00"
+"""LAST_ACTIVITY before any activity: a fixed time, so a block no one has written reads the same every time."""
+
+
 class PendingWork(TypedDict):
     """Unfinished work of a session, for `mas resume`."""
 
@@ -71,7 +75,7 @@ class _Block(BaseModel):
 
 
 class SessionState(_Block):
-    LAST_ACTIVITY: str = Field(default_factory=now_iso, description="ISO timestamp of the last activity.")
+    LAST_ACTIVITY: str = Field(default=NO_ACTIVITY, description="ISO timestamp of the last activity.")
     PENDING_WORK: list[PendingWork] = Field(default_factory=list)
     IN_PROGRESS_PROJECT: str | None = None
     QUEUED_VIDEOS: list[int] = Field(default_factory=list)
@@ -144,7 +148,7 @@ SCHEMAS: dict[str, type[_Block]] = {
 
 PER_USER = ("user_style", "ab_testing")
 """Blocks that hold one user's taste (style, A/B picks): one row per user, so one user's picks never move
-another's. A user with no row yet starts from the defaults, the studio's default taste."""
+another's. A user with no row yet reads the defaults, the studio's default taste."""
 
 
 class BlockError(InvalidInput):
@@ -173,41 +177,31 @@ def defaults(label: str, settings: Settings) -> dict[str, Any]:
     return value
 
 
-def _ensure_rows(session, settings: Settings) -> None:
-    stamp = now_iso()
-    rows = [
-        {"label": row_label(settings, label), "value": defaults(label, settings),
-         "field_updated_at": {f: stamp for f in SCHEMAS[label].model_fields}, "version": 1}
-        for label in SCHEMAS
-    ]
-    session.execute(pg_insert(MemoryBlock).values(rows).on_conflict_do_nothing(index_elements=["label"]))
+def _unwritten(settings: Settings, label: str) -> MemoryBlock:
+    """A block no one has written yet, as it reads: its defaults at version 1, no field changed. Its row is
+    made by the first write, so reading (a page, `mas memory show`, a new user) writes nothing."""
+    return MemoryBlock(label=row_label(settings, label), value=defaults(label, settings), field_updated_at={},
+                       version=1)
 
 
 def read(settings: Settings, label: str) -> dict[str, Any]:
-    """The current value of one block (created with its defaults on first use)."""
-    row_key = row_label(settings, label)
-    with session_scope(settings) as session:
-        row = session.get(MemoryBlock, row_key)
-        if row is None:
-            _ensure_rows(session, settings)
-            row = session.get(MemoryBlock, row_key)
-        return dict(row.value)
+    """The current value of one block (its defaults until it is first written)."""
+    return dict(versioned(settings, label).value)
 
 
 def read_all(settings: Settings) -> dict[str, dict[str, Any]]:
     """Every block as `settings.user` sees it (their own per-user blocks, the shared rest), by label."""
     keys = {row_label(settings, label): label for label in SCHEMAS}
     with session_scope(settings) as session:
-        _ensure_rows(session, settings)
-        rows = {row.label: row for row in session.scalars(sa.select(MemoryBlock).where(MemoryBlock.label.in_(keys)))}
-        return {label: dict(rows[key].value) for key, label in keys.items()}
+        stored = {row.label: dict(row.value)
+                  for row in session.scalars(sa.select(MemoryBlock).where(MemoryBlock.label.in_(keys)))}
+    return {label: stored[key] if key in stored else defaults(label, settings) for key, label in keys.items()}
 
 
 def versioned(settings: Settings, label: str) -> MemoryBlock:
-    """The block row itself: value, version and per-field change times."""
-    read(settings, label)
+    """The block row itself: value, version and per-field change times (`_unwritten` until first written)."""
     with session_scope(settings) as session:
-        return session.get(MemoryBlock, row_label(settings, label))
+        return session.get(MemoryBlock, row_label(settings, label)) or _unwritten(settings, label)
 
 
 Change = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
@@ -255,8 +249,11 @@ def update(
     row_key = row_label(settings, label)
     locked = sa.select(MemoryBlock).where(MemoryBlock.label == row_key).with_for_update()
     row = session.execute(locked).scalar_one_or_none()
-    if row is None:
-        _ensure_rows(session, settings)
+    if row is None:  # the first write of this block: its row starts as `_unwritten` reads
+        first = _unwritten(settings, label)
+        session.execute(pg_insert(MemoryBlock).values(
+            label=row_key, value=first.value, field_updated_at={}, version=first.version,
+        ).on_conflict_do_nothing(index_elements=["label"]))
         row = session.execute(locked).scalar_one()
     current = dict(row.value)
     new = apply_change(settings, label, current, change)
