@@ -15,7 +15,7 @@ What is measured:
    a core memory block (`BlockError`, as before commit f4931c2 bounded the block lists), the failure is
    reported and the plan is measured again with MAS_CORE_BLOCK_MAX_CHARS raised (--core-block-max-chars),
    which the rest of the run then keeps. The queues are purged afterwards.
-2. Throughput of cpu agent tasks: T (200) lone `tasks.pipeline.write_prompt.si(video_id, 1)` messages
+2. Throughput of cpu agent tasks: T (200) lone `tasks.pipeline.write_prompt` messages (attempt 1)
    (no chains, so only cpu work) for pending videos created directly in the database, with one worker
    of 1 process (`-c 1`), one worker of 2 processes (`-c 2`), two workers of 1 process each, and `-c 1`
    / `-c 2` again with OMP_NUM_THREADS=1 (one torch thread per process). Per configuration: a warm-up
@@ -110,7 +110,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-# --- environment: must be set before `mas.celery_app` is imported ---------------------------------
+# --- environment: must be set before the Celery app is made ---------------------------------
 
 
 def prepare_environment(args: argparse.Namespace, data_dir: Path) -> dict[str, str]:
@@ -517,7 +517,7 @@ def throughput(settings, app, events, env, log_dir, config: str, n: int, repeat:
         # Warm-up: each process imports torch and loads MiniLM on its first write_prompt.
         mark = events.mark()
         t0 = time.time()
-        uuids = {write_prompt.si(v, 1).apply_async().id for v in warm_ids}
+        uuids = {write_prompt.si({"video_id": v, "attempt": 1}).apply_async().id for v in warm_ids}
         ok, _ = wait_for(events, mark, uuids, timeout)
         time.sleep(0.3)
         ran = task_processes(workers)
@@ -534,9 +534,9 @@ def throughput(settings, app, events, env, log_dir, config: str, n: int, repeat:
             tries["ping"].append(run_batch(settings, app, events, workers, config, "ping",
                                            [ping.clone(args=(str(i),)) for i in range(n)], timeout))
             tries["write"].append(run_batch(settings, app, events, workers, config, "write",
-                                            [write_prompt.si(v, 1) for v in planned[r]], timeout))
+                                            [write_prompt.si({"video_id": v, "attempt": 1}) for v in planned[r]], timeout))
             tries["write-distinct"].append(run_batch(settings, app, events, workers, config, "write-distinct",
-                                                     [write_prompt.si(v, 1) for v in distinct[r]], timeout))
+                                                     [write_prompt.si({"video_id": v, "attempt": 1}) for v in distinct[r]], timeout))
         for kind, got in tries.items():  # the best of the repetitions: the least disturbed one
             best = max(got, key=lambda run: run.tasks / run.wall_s)
             best.rates = [run.tasks / run.wall_s for run in got]
@@ -583,7 +583,7 @@ def profile_components(write_prompt, ids: list[int]) -> list[tuple[str, float, i
     profiler = cProfile.Profile()
     profiler.enable()
     for vid in ids:
-        write_prompt(vid, 1)
+        write_prompt({"video_id": vid, "attempt": 1})
     profiler.disable()
     stats = pstats.Stats(profiler).stats
     rows = []
@@ -641,7 +641,7 @@ def profile_write_prompt(settings, calls: int) -> dict:
         for vid in ids:
             statements.clear()
             t = time.perf_counter()
-            write_prompt(vid, 1)  # called directly: the task body, no broker
+            write_prompt({"video_id": vid, "attempt": 1})  # called directly: the task body, no broker
             total += time.perf_counter() - t
         k = len(ids)
         return {
@@ -656,9 +656,9 @@ def profile_write_prompt(settings, calls: int) -> dict:
     distinct = make_videos(settings, calls, distinct=True, label="profile-distinct")
     planned = make_videos(settings, calls, distinct=False, label="profile-planned")
     t = time.perf_counter()
-    write_prompt(warm[0], 1)  # loads the model in this process
+    write_prompt({"video_id": warm[0], "attempt": 1})  # loads the model in this process
     load_s = time.perf_counter() - t
-    write_prompt(warm[1], 1)
+    write_prompt({"video_id": warm[1], "attempt": 1})
     sa.event.listen(engine, "before_cursor_execute", before)
     sa.event.listen(engine, "after_cursor_execute", after)
     sa.event.listen(engine, "commit", commit)
@@ -803,7 +803,7 @@ def report(args, command: str, probe: PlanResult | None, plan: PlanResult, purge
         "wall = `add_consumer` -> last task-succeeded event, so it is the workers' drain rate, not this "
         "process's send rate. "
         "`ping` is `tasks.health.ping` (Celery + Redis + result backend floor); `write` is "
-        "`tasks.pipeline.write_prompt.si(video_id, 1)` on the concepts the offline Director plans "
+        "`tasks.pipeline.write_prompt` (attempt 1 of a planned video) on the concepts the offline Director plans "
         "(12 distinct texts: embedding cache hits); `write-distinct` has a new concept per video "
         f"(one MiniLM embedding per task). Archival memory holds {args.archival_passages:,} passages. "
         "Runtime is Celery's per-task runtime in the worker process.",
@@ -904,8 +904,10 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT))
 
     from mas import db, services
-    from mas.celery_app import app
+    from mas.celery_app import default_app
     from mas.config import Settings
+
+    app = default_app()
 
     def terminate(signum, frame):  # `kill` / `timeout`: clean up like Ctrl-C (workers, services, data)
         raise SystemExit(128 + signum)

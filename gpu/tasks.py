@@ -155,16 +155,16 @@ class Render:
         started = time.monotonic()
         turn: Turn | None = None
         try:
-            values = dict(prompt=job.prompt, negative_prompt=job.negative_prompt, seed=job.seed, output=scratch,
-                          render_id=job.render_id, progress=progress)
+            render = partial(backend, prompt=job.prompt, negative_prompt=job.negative_prompt, seed=job.seed,
+                             output=scratch, render_id=job.render_id, progress=progress)
             if backend.uses_this_gpu:
                 with gpu_turns(settings).turn(what=what, priority=run.priority,
                                               limit_seconds=settings.max_render_seconds) as turn:
                     started = time.monotonic()
-                    path = backend(**values, should_stop=lambda: turn.expired() or cancelled())
+                    path = render(should_stop=lambda: turn.expired() or cancelled())
             else:  # the render server's queue is the line: this prompt waits there behind the running one
                 order = rank(run.priority, head_start_seconds=settings.priority_head_start_seconds)
-                path = backend(**values, should_stop=cancelled, order=order)
+                path = render(should_stop=cancelled, order=order)
             check_video(path)  # read the first frame back, so a garbage file fails its render, not the grading
             os.replace(path, target)
         except RenderStopped:
@@ -199,15 +199,16 @@ def _forget_render(settings, video_id: int, attempt: int) -> None:
 
 def _stop_when_cancelled(settings, video_id: int, *, every_s: float = 1.0):
     """`should_stop` for a backend: True once the video is cancelled (asked of Postgres at most once a second)."""
-    last = {"at": 0.0, "stop": False}
+    asked_at, stop = 0.0, False
 
     def should_stop() -> bool:
+        nonlocal asked_at, stop
         now = time.monotonic()
-        if not last["stop"] and now - last["at"] >= every_s:
-            last["at"] = now
+        if not stop and now - asked_at >= every_s:
+            asked_at = now
             with session_scope(settings) as session:
-                last["stop"] = states.cancelled(session, video_id)
-        return last["stop"]
+                stop = states.cancelled(session, video_id)
+        return stop
 
     return should_stop
 

@@ -70,11 +70,11 @@ class StudioTask(Task):
     #: Deliveries allowed for one run of this task (None: `Settings.max_deliveries`).
     max_deliveries: int | None = None
     #: Errors retried with exponential backoff: PostgreSQL unreachable or restarting.
-    autoretry_for = (OperationalError, InterfaceError)
+    autoretry_for: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
     #: Retries of those errors (about ten minutes in all with the backoff below).
     max_retries = 12
     #: Back off 1, 2, 4 ... seconds between retries, at most `retry_backoff_max`, with jitter.
-    retry_backoff = True
+    retry_backoff: bool | int = True
     retry_backoff_max = 60
     #: Wait out an unreachable peer (`PeerUnavailable`: an LLM or Letta server down): try again every
     #: `agent_retry_backoff_max_seconds` for up to `peer_wait_seconds`, then fail with the reason. Such a
@@ -153,11 +153,11 @@ class GpuStepTask(StudioTask):
         return self.app.settings.step_retries
 
     @property
-    def time_limit(self) -> float:  # type: ignore[override]
+    def time_limit(self) -> float:
         return self.app.settings.max_render_seconds
 
     @property
-    def soft_time_limit(self) -> float:  # type: ignore[override]
+    def soft_time_limit(self) -> float:
         return int(self.app.settings.max_render_seconds * 0.97)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, cast
 
 import sqlalchemy as sa
 from alembic import command
@@ -44,7 +44,16 @@ def _engine(url: str) -> sa.Engine:
 
 def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
     """The engine for this settings' database (embedded server started if `start`), one per process."""
-    return _engine(services.database_url(settings, start=start))
+    if not start:  # a question (is it running now?), asked of the server every time
+        return _engine(services.database_url(settings, start=False))
+    return _engine(_database_url(settings))
+
+
+@per_process(key=lambda settings: (settings.database_url, str(settings.data_dir)))
+def _database_url(settings: Settings) -> str:
+    """Worked out once per process: the embedded server's address (its socket folder and port under the data
+    folder) does not change when it restarts, so sessions need not read its pid file each time."""
+    return services.database_url(settings, start=True)
 
 
 def check_connection(eng: sa.Engine) -> None:
@@ -89,3 +98,8 @@ def session_scope(settings: Settings) -> Iterator[Session]:
     maker = sessionmaker(bind=ready_engine(settings), expire_on_commit=False)
     with maker.begin() as session:
         yield session
+
+
+def rows_changed(session: Session, statement: sa.Executable) -> int:
+    """How many rows an UPDATE or DELETE changed (the guard of a conditional move)."""
+    return cast(sa.CursorResult, session.execute(statement)).rowcount

@@ -1,12 +1,12 @@
 """Step leases: which delivery of a step is running it, and whether it is still alive.
 
-A step (write, render, grade, review) of one attempt of one video claims a lease row before it does its
+A step (`mas.pipeline.steps`) of one attempt of one video claims a lease row before it does its
 work: a fresh token, a start time and a heartbeat that a thread of the running process renews. A second
 delivery of the same step (redelivery while a render is slow, `mas resume` or `mas recover` on a running
 batch, a second gpu worker) finds the live lease and leaves the work alone. A lease whose heartbeat stopped
 (its worker was killed, the machine went away) is dead: the next delivery takes it over, and it is what
 "lost" means to reconcile. Each take-over counts a claim; a step claimed more often than
-`MAS_MAX_DELIVERIES` keeps killing its worker and is given up.
+`MAS_MAX_DELIVERIES` keeps killing its worker and is given up (a step's deliveries are counted here only).
 
 Postgres holds the leases, so they survive a broker that lost its data and are shared by every worker.
 """
@@ -30,9 +30,6 @@ from mas.db import ready_engine
 from mas.errors import PermanentError
 
 log = logging.getLogger(__name__)
-
-STEPS = ("write", "render", "grade", "review")
-
 
 class StepGivenUp(PermanentError):
     """The step was claimed more often than allowed: whatever runs it kills its worker."""

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from mas import names, states
-from mas.db import session_scope
+from mas.db import rows_changed, session_scope
 from mas.memory import blocks
 from mas.models import (
     AgentBuffer,
@@ -65,11 +65,11 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
 def fail_batch(settings, batch_id: int, reason: str) -> bool:
     """A batch whose planning failed for good ends `failed` with the reason; False if it was not queued."""
     with session_scope(settings) as session:
-        return session.execute(
+        return rows_changed(session, (
             sa.update(Batch).where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
             .values(status=BatchStatus.failed, failure_reason=redact_text(reason, settings.secret_values())[:1000],
                     updated_at=sa.func.now())
-        ).rowcount == 1
+        )) == 1
 
 
 def fail_planning(task, exc, task_id, args, kwargs, einfo) -> None:

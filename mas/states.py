@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from mas.db import rows_changed
 from mas.errors import PermanentError
 from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
 from mas.pipeline.steps import FINAL, STEPS
@@ -55,7 +56,7 @@ def transition(
     )
     if attempt is not None:
         stmt = stmt.where(Video.attempt_count == attempt)
-    return session.execute(stmt).rowcount == 1
+    return rows_changed(session, stmt) == 1
 
 
 def attempt_row(session: Session, video_id: int, number: int) -> Attempt:
@@ -82,7 +83,7 @@ def _end(session: Session, video_id: int, target: VideoState, reason: str) -> bo
         .where(Video.id == video_id, Video.state.not_in(list(TERMINAL)))
         .values(state=target, failure_reasons=reasons, updated_at=sa.func.now())
     )
-    return session.execute(stmt).rowcount == 1
+    return rows_changed(session, stmt) == 1
 
 
 def steps_may_run(session: Session, video_id: int) -> bool:

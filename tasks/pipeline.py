@@ -152,8 +152,11 @@ class Write:
         ))
         blocks.update(run.settings, "production_queue", {"IN_PROGRESS": str(video.id)}, actor="writer",
                       session=session)
-        return Outcome(state=S.rendering, then=lambda: recall.append(
-            run.settings, "writer", role="assistant", content=f"video {video.id} attempt {run.attempt}: {draft.prompt}"))
+        def remember() -> None:
+            recall.append(run.settings, "writer", role="assistant",
+                          content=f"video {video.id} attempt {run.attempt}: {draft.prompt}")
+
+        return Outcome(state=S.rendering, then=remember)
 
 
 def _brief(settings, facts: VideoFacts, attempt: int) -> WriterBrief:

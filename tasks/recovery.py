@@ -97,7 +97,7 @@ def _lost(settings: Settings, lost_before: datetime) -> Lost:
     return replan, resend
 
 
-def _decode(raw: bytes) -> tuple[str, list]:
+def _decode(raw: bytes | str) -> tuple[str, list]:
     """Task name and positional args of a Celery message as kombu stores it in a Redis list."""
     try:
         message = json.loads(raw)

@@ -118,7 +118,7 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
             video = _locked(session, payload.video_id)
             if _done_before(step, video, payload):
                 return payload.to_json()
-            if not _due(step, video, payload) or not states.steps_may_run(session, video.id):
+            if video is None or not _due(step, video, payload) or not states.steps_may_run(session, video.id):
                 raise Ignore()
             run = StepRun(step=step, payload=payload, settings=settings.for_user(video.batch.user_name), lease=lease,
                           priority=priority_of(task), task=task)
@@ -126,7 +126,7 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
         result = body.work(run, inputs)
         with session_scope(settings) as session:
             video = _locked(session, payload.video_id)
-            if not _due(step, video, payload):
+            if video is None or not _due(step, video, payload):
                 log.info("%s: the video moved on meanwhile (cancelled or failed); nothing recorded", run.describe())
                 raise Ignore()
             outcome = body.record(run, session, video, result)
