@@ -42,6 +42,11 @@ def _user_column() -> Mapped[str]:
     return mapped_column(String(40), default=DEFAULT_USER, server_default=DEFAULT_USER, index=True)
 
 
+def _priority_column() -> Mapped[str]:
+    """The priority work runs at (`mas.names.Priority`)."""
+    return mapped_column(String(8), default="normal", server_default="normal")
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -85,7 +90,10 @@ class Batch(Base):
     )
     series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id"))
     ab_test_id: Mapped[int | None] = mapped_column(ForeignKey("ab_tests.id"))
-    options: Mapped[dict] = mapped_column(JSONB, default=dict)
+    options: Mapped[dict] = mapped_column(JSONB, default=dict)  # no longer written: the spec and priority say it
+    # the typed request (`ProductionRequest.to_json`); None only for a row written directly, not by `new_batch`
+    spec: Mapped[dict | None] = mapped_column(JSONB)
+    priority: Mapped[str] = _priority_column()
     failure_reason: Mapped[str | None] = mapped_column(Text)
     user_name: Mapped[str] = _user_column()
     created_at: Mapped[datetime] = _now_column()
@@ -334,7 +342,10 @@ class Schedule(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     request: Mapped[str] = mapped_column(Text)
-    options: Mapped[dict] = mapped_column(JSONB, default=dict)
+    options: Mapped[dict] = mapped_column(JSONB, default=dict)  # no longer written: spec, priority, user_name
+    spec: Mapped[dict | None] = mapped_column(JSONB)  # the typed request; None for one stored before 0005
+    priority: Mapped[str] = _priority_column()
+    user_name: Mapped[str] = _user_column()
     status: Mapped[str] = mapped_column(String(16), default="scheduled")  # scheduled|sent|cancelled
     batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id"))
     created_at: Mapped[datetime] = _now_column()

@@ -7,6 +7,8 @@ task by one name.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 # --- queues ---------------------------------------------------------------------------------------------
 
 CPU_QUEUE = "cpu"
@@ -38,8 +40,10 @@ URGENT_QUEUE_OF = {CPU_QUEUE: CPU_URGENT_QUEUE, GPU_QUEUE: GPU_URGENT_QUEUE, GRA
 WORKER_QUEUES = {"cpu": (CPU_URGENT_QUEUE, CPU_QUEUE), "gpu": (GPU_URGENT_QUEUE, GPU_QUEUE, GRADE_QUEUE)}
 """What `mas worker --queue KIND` consumes."""
 
-PRIORITIES = ("high", "normal")
+Priority = Literal["high", "normal"]
 """A request's priority: high work goes to the urgent queues."""
+
+PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 
 # --- tasks ----------------------------------------------------------------------------------------------
 

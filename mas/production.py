@@ -15,12 +15,13 @@ from mas.celery_app import app, queue_of
 from mas.clients import redis_client
 from mas.db import session_scope
 from mas.errors import InvalidInput, PeerUnavailable
-from mas.models import DEFAULT_USER, Batch, Schedule
+from mas.models import Batch, Schedule
+from mas.names import Priority
 from mas.redaction import redact_url
 from mas.requests import ProductionRequest, parse_request
 
 
-def priority_for(settings, request: ProductionRequest, asked: str | None) -> str:
+def priority_for(settings, request: ProductionRequest, asked: str | None) -> Priority:
     """The priority a request runs at: what was asked, else high for an A/B test (MAS_AB_PRIORITY: a person
     waits to pick), else normal."""
     if asked is not None:
@@ -30,16 +31,28 @@ def priority_for(settings, request: ProductionRequest, asked: str | None) -> str
     return settings.ab_priority if request.kind == "ab" else "normal"
 
 
-def batch_priority(batch: Batch) -> str:
-    """The priority a stored batch runs at (batches from before priorities existed run at normal)."""
-    return (batch.options or {}).get("priority", "normal")
+def batch_priority(batch: Batch) -> Priority:
+    """The priority a stored batch runs at."""
+    return batch.priority
 
 
-def new_batch(session, request: ProductionRequest, *, priority: str, user: str) -> Batch:
-    """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for."""
+def request_of(batch: Batch) -> ProductionRequest:
+    """What a stored batch asks for: its spec; a batch stored without one (written directly, not through
+    `new_batch`) is rebuilt from its columns."""
+    if batch.spec is not None:
+        return ProductionRequest.from_json(batch.spec)
+    series_name = ((batch.options or {}).get("series_name") or batch.theme) if batch.kind == "series" else None
+    return ProductionRequest(
+        kind=batch.kind, count=batch.total, theme=batch.theme, series_name=series_name, text=batch.request
+    )
+
+
+def new_batch(session, request: ProductionRequest, *, priority: Priority, user: str) -> Batch:
+    """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for.
+    `kind`, `theme` and `total` repeat the spec for the readers of batches (status, gallery)."""
     batch = Batch(
         request=request.text, kind=request.kind, theme=request.theme, total=request.count, user_name=user,
-        options={"series_name": request.series_name, "priority": priority},
+        spec=request.to_json(), priority=priority,
     )
     session.add(batch)
     session.flush()
@@ -81,7 +94,9 @@ def schedule(settings, request: ProductionRequest, *, run_at: datetime, priority
     """Store the request to be enqueued at `run_at` (an overnight batch); return the schedule id."""
     priority = priority_for(settings, request, priority)
     with session_scope(settings) as session:
-        row = Schedule(run_at=run_at, request=request.text, options={"priority": priority, "user": settings.user})
+        row = Schedule(
+            run_at=run_at, request=request.text, spec=request.to_json(), priority=priority, user_name=settings.user
+        )
         session.add(row)
         session.flush()
         return row.id
@@ -103,12 +118,13 @@ def run_due_schedules(settings) -> list[int]:
         ).all()
         sent = []
         for row in due:
-            request = parse_request(row.request, settings)
-            priority = priority_for(settings, request, (row.options or {}).get("priority"))
-            user = (row.options or {}).get("user", DEFAULT_USER)
-            row.batch_id = new_batch(session, request, priority=priority, user=user).id
+            if row.spec is None:  # stored before requests were typed: migration 0005 leaves the text to the parser
+                request = parse_request(row.request, settings)
+            else:
+                request = ProductionRequest.from_json(row.spec)
+            row.batch_id = new_batch(session, request, priority=row.priority, user=row.user_name).id
             row.status = "sent"
-            sent.append((row.batch_id, priority))
+            sent.append((row.batch_id, row.priority))
     for batch_id, priority in sent:
         send_plan(batch_id, priority=priority)
     return [batch_id for batch_id, _ in sent]
@@ -123,7 +139,7 @@ def cancel_schedule(settings, schedule_id: int) -> bool:
         return result.rowcount == 1
 
 
-def send_plan(batch_id: int, *, priority: str) -> None:
+def send_plan(batch_id: int, *, priority: Priority) -> None:
     """Ask the Director to plan a stored batch (a cpu worker picks it up)."""
     app.send_task(names.PLAN_BATCH, args=[batch_id], queue=queue_of(app, names.PLAN_BATCH, priority=priority))
 

@@ -63,7 +63,7 @@ class AskingDirector:
             "one story; give the series style, consistency rules and recurring elements.",
         }.get(request.kind, "approach empty.")
         reply = self._asker.ask(Question(
-            task="plan", payload={"request": asdict(request), "episodes_done": episodes_done},
+            task="plan", payload={"request": request.to_json(), "episodes_done": episodes_done},
             shape='{"videos": [{"concept": str, "approach": str}], "series_style": str, '
             '"consistency_rules": [str], "series_elements": [str]}',
             reply=PlanReply, rules=rules, context={"count": request.count},

@@ -11,8 +11,9 @@ from mas.cli.context import ID, USER, console, ready
 from mas.cli.output import print_block
 from mas.cli.watching import follow_batch
 from mas.config import Settings
+from mas.errors import InvalidInput
 from mas.names import PRIORITIES
-from mas.requests import MAX_VARIATIONS, parse_request
+from mas.requests import MAX_VARIATIONS, ProductionRequest, parse_request
 
 
 PRIORITY = click.option(
@@ -32,11 +33,11 @@ def enqueue(settings: Settings, request: str, wait: bool, at: str | None, priori
     """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
     from mas import production
 
+    parsed = parse_request(request, settings)
     if at is None:
-        _submit(settings, request, wait=wait, priority=priority)
+        _submit(settings, parsed, wait=wait, priority=priority)
         return
     run_at = _next_time(at)
-    parsed = parse_request(request, settings)
     ready(settings)
     schedule_id = production.schedule(settings, parsed, run_at=run_at, priority=priority)
     console.print(
@@ -45,25 +46,26 @@ def enqueue(settings: Settings, request: str, wait: bool, at: str | None, priori
 
 
 def _next_time(text: str) -> datetime:
-    """The next local occurrence of HH:MM, as an aware datetime."""
+    """The next local occurrence of HH:MM, as an aware datetime; anything else is refused in one line."""
     try:
         hour, minute = (int(part) for part in text.split(":"))
-        now = datetime.now().astimezone()
-        run_at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
     except ValueError:
-        raise click.ClickException(f"--at wants a time as HH:MM (24 h), got {text!r}") from None
+        hour = minute = -1
+    if not (0 <= hour <= 23 and 0 <= minute <= 59):
+        raise InvalidInput(f"--at wants a time as HH:MM (24 h), got {text!r}")
+    now = datetime.now().astimezone()
+    run_at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
     return run_at if run_at > now else run_at + timedelta(days=1)
 
 
-def _submit(settings: Settings, request: str, *, wait: bool, priority: str | None) -> None:
-    """Queue `request` (refused before anything starts when it can't be read); follow it if asked."""
+def _submit(settings: Settings, request: ProductionRequest, *, wait: bool, priority: str | None) -> None:
+    """Queue `request` (read before anything starts, so a bad one changes nothing); follow it if asked."""
     from mas import production
 
-    parsed = parse_request(request, settings)
     ready(settings)
-    batch_id = production.submit(settings, parsed, priority=priority)
-    shown = production.priority_for(settings, parsed, priority)
-    console.print(f"batch {batch_id}: {parsed.count} x {parsed.kind} of {parsed.theme!r} queued ({shown} priority)")
+    batch_id = production.submit(settings, request, priority=priority)
+    shown = production.priority_for(settings, request, priority)
+    console.print(f"batch {batch_id}: {request.count} x {request.kind} of {request.theme!r} queued ({shown} priority)")
     if wait:
         follow_batch(settings, batch_id)
 
@@ -77,7 +79,8 @@ def _submit(settings: Settings, request: str, *, wait: bool, priority: str | Non
 @click.pass_obj
 def series(settings: Settings, name: str, episodes: int, wait: bool, priority: str | None) -> None:
     """Make (or continue) a series: episodes keep its style and consistency rules across sessions."""
-    _submit(settings, f"Create a {episodes}-part {name} series", wait=wait, priority=priority)
+    request = ProductionRequest.series(name, episodes=episodes, settings=settings)
+    _submit(settings, request, wait=wait, priority=priority)
 
 
 @click.command()
@@ -89,7 +92,8 @@ def series(settings: Settings, name: str, episodes: int, wait: bool, priority: s
 @click.pass_obj
 def ab(settings: Settings, concept: str, variations: int, wait: bool, priority: str | None) -> None:
     """Render variations of one concept; then choose the winner with `mas pick TEST LABEL`."""
-    _submit(settings, f'Generate {variations} variations of "{concept}"', wait=wait, priority=priority)
+    request = ProductionRequest.ab(concept, variations=variations, settings=settings)
+    _submit(settings, request, wait=wait, priority=priority)
 
 
 @click.command()

@@ -1,0 +1,147 @@
+"""The typed production request: built from its parts by `mas series` / `mas ab`, stored as JSON by batches
+and schedules, read back without parsing English; and `--at` refusing a time it cannot use."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from mas import db
+from mas.cli import main
+from mas.config import Settings
+from mas.models import Batch, Schedule
+from mas.production import request_of, run_due_schedules, schedule
+from mas.requests import MAX_VARIATIONS, ProductionRequest, RequestError, parse_request
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def batches(settings) -> list[Batch]:
+    with db.session_scope(settings) as s:
+        return list(s.scalars(sa.select(Batch).order_by(Batch.id)))
+
+
+def test_a_series_name_is_taken_whole(clean):
+    result = run_cli("series", "A Series of Unfortunate Foxes", "--episodes", "2")
+    assert result.exit_code == 0, result.output
+    [batch] = batches(clean)
+    request = request_of(batch)
+    assert (request.kind, request.count, request.series_name) == ("series", 2, "A Series of Unfortunate Foxes")
+    assert batch.spec == request.to_json() and batch.theme == "A Series of Unfortunate Foxes"
+    assert batch.priority == "normal" and "priority" not in batch.options
+
+
+def test_an_ab_concept_is_taken_whole_and_runs_at_the_ab_priority(clean):
+    result = run_cli("ab", "a fox: 3 variations of a 2-part series", "--variations", "4")
+    assert result.exit_code == 0, result.output
+    [batch] = batches(clean)
+    assert request_of(batch) == ProductionRequest(
+        kind="ab", count=4, theme="a fox: 3 variations of a 2-part series", text=batch.request,
+    )
+    assert batch.priority == clean.ab_priority
+
+
+def test_a_request_survives_json_and_bad_json_is_refused():
+    settings = Settings()
+    for request in (
+        parse_request("Create 3 videos of dragons", settings),
+        ProductionRequest.series("The Deep", episodes=2, settings=settings),
+        ProductionRequest.ab("a kite", variations=3, settings=settings),
+    ):
+        assert ProductionRequest.from_json(request.to_json()) == request
+    good = {"kind": "batch", "count": 2, "theme": "owls", "series_name": None, "text": "Create 2 videos of owls"}
+    for bad, says in (
+        ([good], "JSON object"),
+        ({k: v for k, v in good.items() if k != "theme"}, "no theme"),
+        ({**good, "priority": "high"}, "unknown fields: priority"),
+        ({**good, "count": "2"}, "count"),
+        ({**good, "count": True}, "count"),
+        ({**good, "kind": "film"}, "unknown kind"),
+        ({**good, "count": 0}, "at least 1"),
+        ({**good, "series_name": "Owls"}, "series name"),
+        ({**good, "kind": "series"}, "series name"),
+        ({**good, "kind": "ab", "count": MAX_VARIATIONS + 1}, "at most"),
+        ({**good, "theme": ""}, "of what"),
+        ({**good, "text": "owls\x00"}, "NUL"),
+    ):
+        with pytest.raises(RequestError, match=says):
+            ProductionRequest.from_json(bad)
+
+
+def test_requests_built_from_parts_keep_the_parsers_limits():
+    settings = Settings()
+    for build, says in (
+        (lambda: ProductionRequest.series("  ", episodes=2, settings=settings), "series name is empty"),
+        (lambda: ProductionRequest.series("Foxes", episodes=0, settings=settings), "at least 1"),
+        (lambda: ProductionRequest.series("Foxes", episodes=settings.max_batch_videos + 1, settings=settings),
+         "MAS_MAX_BATCH_VIDEOS"),
+        (lambda: ProductionRequest.series("F" * 201, episodes=1, settings=settings), "series name is 201"),
+        (lambda: ProductionRequest.ab("a fox", variations=1, settings=settings), "at least 2"),
+        (lambda: ProductionRequest.ab("a fox", variations=MAX_VARIATIONS + 1, settings=settings), "at most"),
+        (lambda: ProductionRequest.ab("x" * (settings.max_request_chars + 1), variations=2, settings=settings),
+         "characters long"),
+        (lambda: ProductionRequest.ab("a \ud800 fox", variations=2, settings=settings), "the concept"),
+    ):
+        with pytest.raises(RequestError, match=says):
+            build()
+
+
+def test_a_schedule_keeps_its_request_priority_and_user(clean):
+    alice = clean.for_user("alice")
+    request = ProductionRequest.series("A Series of Unfortunate Foxes", episodes=2, settings=alice)
+    due = schedule(alice, request, run_at=datetime.now(timezone.utc) - timedelta(seconds=2), priority="high")
+    with db.session_scope(clean) as s:  # and one stored before requests were typed: read from its text
+        s.add(Schedule(run_at=datetime.now(timezone.utc) - timedelta(seconds=1), request="Create 2 videos of owls"))
+    assert run_due_schedules(clean) == [1, 2]
+    first, second = batches(clean)
+    assert request_of(first) == request and (first.priority, first.user_name) == ("high", "alice")
+    assert (request_of(second).kind, request_of(second).theme, second.priority) == ("batch", "owls", "normal")
+    with db.session_scope(clean) as s:
+        assert s.get(Schedule, due).status == "sent"
+
+
+def test_a_batch_written_without_a_spec_is_read_from_its_columns(clean):
+    with db.session_scope(clean) as s:
+        s.add(Batch(request="r", kind="series", theme="the fox", total=2, options={"series_name": "Fox Tales"}))
+    [batch] = batches(clean)
+    assert request_of(batch) == ProductionRequest(kind="series", count=2, theme="the fox", series_name="Fox Tales",
+                                                  text="r")
+
+
+def test_migration_0005_moves_priority_user_and_request_out_of_options(clean, engine):
+    db.downgrade(engine, "0004")
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                "insert into batches (request, kind, theme, total, status, options) values "
+                "('Create a 2-part Fox Tales series', 'series', 'Fox Tales', 2, 'queued', "
+                """'{"series_name": "Fox Tales", "priority": "high"}'), """
+                "('Create 3 videos of owls', 'batch', 'owls', 3, 'queued', '{}')"
+            ))
+            conn.execute(sa.text(
+                "insert into schedules (run_at, request, options, status) values "
+                """(now(), 'Create 2 videos of owls', '{"priority": "high", "user": "alice"}', 'scheduled')"""
+            ))
+    finally:
+        db.migrate(engine)
+    series, owls = batches(clean)
+    assert request_of(series) == ProductionRequest(
+        kind="series", count=2, theme="Fox Tales", series_name="Fox Tales", text="Create a 2-part Fox Tales series",
+    )
+    assert series.priority == "high" and owls.priority == "normal" and request_of(owls).theme == "owls"
+    with db.session_scope(clean) as s:
+        row = s.get(Schedule, 1)
+        assert (row.spec, row.priority, row.user_name) == (None, "high", "alice")
+
+
+@pytest.mark.parametrize("at", ["99999999999999999999:00", "24:00", "12:60", "-1:30", "noon", "12:30:00"])
+def test_a_time_that_cannot_be_used_is_refused_in_one_line_and_changes_nothing(clean, at):
+    result = run_cli("enqueue", "--at", at, "Create 2 videos of cats")
+    assert result.exit_code == 2 and "HH:MM" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    with db.session_scope(clean) as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Batch)) == 0
+        assert s.scalar(sa.select(sa.func.count()).select_from(Schedule)) == 0
