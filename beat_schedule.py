@@ -7,7 +7,7 @@ Start with `mas beat` (which runs `celery -A beat_schedule:app beat`). Every job
 from celery.schedules import crontab
 
 from mas import names
-from mas.celery_app import Studio, default_app
+from mas.runtime.app import Studio, default_app
 from mas.config import Settings
 
 

@@ -139,7 +139,7 @@ def through_mas(servers: list[RealComfyUI], data_dir: Path, *, renders: int, sec
 def in_process(data_dir: Path, *, renders: int, seconds: float, lookahead: int) -> Timeline:
     """The preview renderer of the same duration; the GPU record is the worker's GPU turns."""
     from mas import names
-    from mas.clients import redis_client
+    from mas.runtime.clients import redis_client
 
     env = dict(MAS_PREVIEW_RENDER_SECONDS=str(seconds), MAS_GPU_LOOKAHEAD=str(lookahead),
                MAS_MAX_BATCH_VIDEOS=str(max(renders, 100)))

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))  # the isolated-studio harness of the test suite l
 
 
 def run(*, videos: int, render_seconds: float, grouping: bool) -> dict:
-    from mas.celery_app import Studio
+    from mas.runtime.app import Studio
     from tests.studio import IsolatedStudio
 
     with tempfile.TemporaryDirectory(prefix="mas-gpu-bench-") as tmp:

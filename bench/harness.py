@@ -56,7 +56,7 @@ def new_data_dir(prefix: str) -> Path:
 def remove_data_dir(settings, data_dir: Path) -> None:
     """Stop the embedded PostgreSQL a run started in `data_dir` (none when a server URL was given), then
     delete the folder."""
-    from mas import services
+    from mas.runtime import services
 
     if settings.embedded_database:
         services.stop_postgres(settings)

@@ -14,7 +14,7 @@ the pick), and after 10, 25 and 50 picks the Tuner runs as the nightly job would
 tests of concepts never trained on, for what each approach serves (its promoted version):
 
 - DPO alone: the promoted adapter's implicit reward (`gpu.tuner`, a tiny random Llama);
-- pairwise alone: the Bradley-Terry taste over the MiniLM embeddings and the per-axis scores (`mas.taste`),
+- pairwise alone: the Bradley-Terry taste over the MiniLM embeddings and the per-axis scores (`mas.learning.taste`),
   fitted on picks whose scores carry no DPO axis;
 - combination: the same taste fitted on picks whose scores carry the DPO axis (how the studio runs when
   an adapter is promoted).
@@ -52,14 +52,14 @@ from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 from gpu.preference_model import PROMPT_TEMPLATE, PreferenceModel, promoted_adapter  # noqa: E402
 from gpu.tuner import tune  # noqa: E402
 from mas import db  # noqa: E402
-from mas.ab_design import offer  # noqa: E402
+from mas.learning.ab_design import offer  # noqa: E402
 from mas.agents.offline import AB_APPROACHES  # noqa: E402
 from mas.agents.roles import Plan, PlannedVideo  # noqa: E402
 from mas.config import Settings  # noqa: E402
 from mas.db import session_scope  # noqa: E402
 from mas.models import ABSelection, ABTest  # noqa: E402
-from mas.taste import Option  # noqa: E402
-from mas.taste_promotion import served, tune_taste  # noqa: E402
+from mas.learning.taste import Option  # noqa: E402
+from mas.learning.promotion import served, tune_taste  # noqa: E402
 from tests.test_tuner import TINY, build_tiny_lm  # noqa: E402
 
 WARMTH = {"crimson": 0.9, "orange": 1.0, "amber": 0.8, "gold": 0.6, "silver": -0.3, "purple": -0.4,
@@ -175,7 +175,7 @@ def ab_case(rng: random.Random, user: SimulatedUser, concepts: tuple[str, ...], 
 def designed_cases(rng: random.Random, undesigned_rng: random.Random, user: SimulatedUser, settings: Settings,
                    *, variations: int) -> tuple[ABCase, ABCase]:
     """A training A/B test as the studio makes one, and the same without the design. The Director proposes
-    `variations * settings.ab_proposals` variations; `mas.ab_design.offer` shows `variations` of them, chosen
+    `variations * settings.ab_proposals` variations; `mas.learning.ab_design.offer` shows `variations` of them, chosen
     on `settings.user`'s picks so far (`settings.ab_explore` of them at random). Without the design, the first
     proposals are shown (random ones); that user's picks are drawn from their own generator, so the studio's
     arm is the same with or without it."""
@@ -381,7 +381,7 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         f"- training A/B tests: the Director proposes {args.variations * args.proposals} random variations and "
         f"the test shows {args.variations}: {args.explore} drawn at random among the others (`MAS_AB_EXPLORE`), the "
         "rest those whose pick teaches the taste most on the picks so far and the taste serving the user "
-        "(`mas.ab_design`, as the studio does); `pairwise, no A/B design` is the pairwise taste of the same user "
+        "(`mas.learning.ab_design`, as the studio does); `pairwise, no A/B design` is the pairwise taste of the same user "
         "shown the first proposals instead (random variations), on the same proposals",
         f"- training: {len(TRAIN_CONCEPTS)} concepts; test: {args.test_choices} fresh A/B tests of "
         f"{len(TEST_CONCEPTS)} other concepts, the same for every checkpoint of a seed; {args.seeds} seeds per user",
@@ -393,7 +393,7 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
         "cross-validation prefers it, Platt-scaled",
         "- promotion: the pairwise taste is fitted on every pick and judged on its cross-validated predictions "
         "(against the default: every pick; against the version serving: the picks since it was fitted; "
-        "`mas.taste_promotion`); DPO adapters are trained without every 4th pick and judged on those. What is "
+        "`mas.learning.promotion`); DPO adapters are trained without every 4th pick and judged on those. What is "
         "measured is what each approach serves (its promoted version)",
         f"\nPairwise: the chosen variation scored above a rejected one (chance 50%). Top-1: the best-scored of the "
         f"{args.variations} variations is the user's pick (chance {1 / args.variations:.0%}). Calibration error: "
@@ -460,7 +460,7 @@ def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: 
             "taste with the DPO axis as one more feature, weighted by what it earned on the picks.",
             f"- A pairwise tune (fit with cross-validation, judge, store) took {mean_tune:.2f} s on average here, "
             "embeddings included.",
-            f"- Choosing which variations to show (`mas.ab_design.offer`: the user's picks read, their features and "
+            f"- Choosing which variations to show (`mas.learning.ab_design.offer`: the user's picks read, their features and "
             f"the proposals' computed) took {mean_design:.2f} s per A/B test on average, on the CPU.",
             "\n## Users served an interaction between phrases (the combination)\n"]
     for temperature in args.temperatures:

@@ -1,6 +1,6 @@
 """Benchmark of the cpu side of the production pipeline: planning a big batch, and agent-task throughput.
 
-Everything runs for real: the embedded PostgreSQL + pgvector and Redis of `mas.services` in a fresh
+Everything runs for real: the embedded PostgreSQL + pgvector and Redis of `mas.runtime.services` in a fresh
 temporary data directory (removed at the end), and real Celery workers started as subprocesses exactly as
 the tests start them (`python -m celery -A mas worker -Q cpu -c N --prefetch-multiplier 1 ...`). Timings
 come from the wall clock of this process and from the workers' own Celery task events (task-received /
@@ -369,7 +369,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
     import sqlalchemy as sa
 
     from mas import db
-    from mas.clients import redis_client
+    from mas.runtime.clients import redis_client
     from mas.models import Batch, MemoryBlock, MemoryBlockChange, Video, VideoState
     from mas.production import submit
     from mas.requests import parse_request
@@ -433,7 +433,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
 
 
 def purge_queues(settings, app) -> int:
-    from mas.clients import redis_client
+    from mas.runtime.clients import redis_client
 
     purged = app.control.purge()
     client = redis_client(settings)
@@ -568,7 +568,7 @@ COMPONENTS = [  # (file suffix, function, label) of the parts of write_prompt wo
     ("mas/memory/embeddings.py", "embed", "Embedder.embed (cache or MiniLM)"),
     ("mas/memory/blocks.py", "update", "blocks.update production_queue (FOR UPDATE, validate, change row)"),
     ("mas/memory/recall.py", "append", "recall.append writer (own transaction, buffer lock, eviction)"),
-    ("mas/states.py", "transition", "states.transition"),
+    ("mas/pipeline/states.py", "transition", "states.transition"),
     ("mas/agents/offline.py", "write", "OfflineWriter.write"),
     ("mas/db.py", "ready_engine", "db.ready_engine (per session_scope)"),
     ("mas/db.py", "session_scope", "session_scope generator: setup + commit (cProfile counts 2 entries a session)"),
@@ -903,8 +903,9 @@ def main(argv: list[str] | None = None) -> None:
     mas_env = prepare_environment(args, data_dir)
     sys.path.insert(0, str(ROOT))
 
-    from mas import db, services
-    from mas.celery_app import default_app
+    from mas import db
+    from mas.runtime import services
+    from mas.runtime.app import default_app
     from mas.config import Settings
 
     app = default_app()

@@ -26,7 +26,8 @@ from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 
 import sqlalchemy as sa  # noqa: E402
 
-from mas import db, services  # noqa: E402
+from mas import db
+from mas.runtime import services  # noqa: E402
 from mas.models import Attempt, Batch, BatchStatus, Video, VideoState  # noqa: E402
 from tests.comfyui_server import ComfyUIStandIn, Script  # noqa: E402
 from tests.studio import IsolatedStudio  # noqa: E402

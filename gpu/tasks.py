@@ -1,6 +1,6 @@
 """The gpu queue's pipeline steps: render an attempt, then grade it; `mas grade` and the Tuner.
 
-A gpu worker runs 1 + MAS_GPU_LOOKAHEAD of these at once, in threads (`mas.processes`): work on this
+A gpu worker runs 1 + MAS_GPU_LOOKAHEAD of these at once, in threads (`mas.runtime.processes`): work on this
 process's GPU takes a turn (`gpu.turns`), so the next task is ready when the GPU frees; a ComfyUI render
 takes no turn, because ComfyUI's own queue is the line: the next prompt already waits there, ranked by
 priority and arrival (`gpu.turns.rank`), and the download, checks and database writes of one render
@@ -34,8 +34,9 @@ from sqlalchemy.orm import Session
 from gpu.factory import gpu_turns, grader, residency, video_backend
 from gpu.interfaces import RenderStopped
 from gpu.turns import Turn, rank
-from mas import names, states
-from mas.clients import redis_client
+from mas import names
+from mas.pipeline import states
+from mas.runtime.clients import redis_client
 from mas.db import session_scope
 from mas.errors import RetryableError
 from mas.models import Attempt, Video, VideoState
@@ -63,7 +64,7 @@ def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
     adapter from their A/B choices. `user` tunes that user; None (the beat job) every user with picks. Only
     DPO training takes a GPU turn; the taste fit (CPU) lets renders go on."""
     from gpu.tuner import tune as run_tuner
-    from mas.taste_promotion import users_with_picks
+    from mas.learning.promotion import users_with_picks
 
     settings = self.app.settings
     reports = []

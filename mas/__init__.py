@@ -9,7 +9,7 @@ __all__ = ["app"]
 
 def __getattr__(name: str):
     if name == "app":
-        from mas.celery_app import default_app
+        from mas.runtime.app import default_app
 
         return default_app()
     raise AttributeError(name)

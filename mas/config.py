@@ -2,7 +2,7 @@
 
 Every value comes from a `MAS_` environment variable, a `.env` file in the working directory, or the
 default written here. With no service URLs set, `mas` runs its own PostgreSQL and Redis under the data
-directory (see `mas.services`).
+directory (see `mas.runtime.services`).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class Settings(BaseSettings):
     ab_proposals: int = Field(
         default=3, ge=1, le=8,
         description="Variations the Director proposes per variation an A/B test shows (at most 26 in all); the "
-        "studio shows those whose pick teaches the user's taste the most (`mas.ab_design`). 1: the Director's own.",
+        "studio shows those whose pick teaches the user's taste the most (`mas.learning.ab_design`). 1: the Director's own.",
     )
     ab_explore: int = Field(
         default=1, ge=0, le=24,

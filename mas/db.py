@@ -15,7 +15,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.orm import Session, sessionmaker
 
-from mas import locks, names, services
+from mas import locks, names
+from mas.runtime import services
 from mas.config import Settings
 from mas.errors import PeerUnavailable
 from mas.singletons import per_process

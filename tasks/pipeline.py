@@ -14,14 +14,16 @@ from celery import shared_task
 from celery.exceptions import Ignore
 from sqlalchemy.orm import Session
 
-from mas import ab_design, agents, names, states
+from mas import agents, names
+from mas.learning import ab_design
+from mas.pipeline import states
 from mas.agents.roles import Draft, Plan, PlannedVideo, Verdict, WriterBrief
-from mas.celery_app import AgentTask, prioritized
+from mas.runtime.app import AgentTask, prioritized
 from mas.db import session_scope
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
-from mas.outcomes import KEEP, PENDING_SHOWN, fail_planning
+from mas.pipeline.outcomes import KEEP, PENDING_SHOWN, fail_planning
 from mas.pipeline.runner import Outcome, StepRun, resume_point, step_task, video_chain
 from mas.pipeline.steps import BY_NAME, FIRST, StepPayload
 from mas.production import batch_priority, request_of

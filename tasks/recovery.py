@@ -18,9 +18,10 @@ from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
-from mas import leases, names, states
-from mas.celery_app import app_for, queue_keys
-from mas.clients import redis_client
+from mas import names
+from mas.pipeline import leases, states
+from mas.runtime.app import app_for, queue_keys
+from mas.runtime.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import Batch, BatchStatus, Video

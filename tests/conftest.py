@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from mas import db, services
-from mas.clients import redis_client
+from mas import db
+from mas.runtime import services
+from mas.runtime.clients import redis_client
 from mas.config import Settings
 from tests.studio import CeleryWorker
 

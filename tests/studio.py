@@ -18,7 +18,8 @@ from unittest import mock
 
 import sqlalchemy as sa
 
-from mas import db, services
+from mas import db
+from mas.runtime import services
 from mas.config import Settings
 from mas.models import Batch, BatchStatus, Video
 

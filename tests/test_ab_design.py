@@ -1,16 +1,16 @@
-"""Which variations an A/B test shows (`mas.ab_design`), on the shipped MiniLM embedder and real PostgreSQL:
+"""Which variations an A/B test shows (`mas.learning.ab_design`), on the shipped MiniLM embedder and real PostgreSQL:
 the ones whose pick teaches the user's taste the most, decided on that user's picks alone."""
 
 from __future__ import annotations
 
 import random
 
-from mas.ab_design import offer, proposals_request
+from mas.learning.ab_design import offer, proposals_request
 from mas.agents.roles import Plan, PlannedVideo
 from mas.db import session_scope
 from mas.models import ABSelection, ABTest, TasteModel
 from mas.requests import ProductionRequest
-from mas.taste import Option, PairwiseTaste, features
+from mas.learning.taste import Option, PairwiseTaste, features
 
 MOODS = ("serene", "epic", "melancholic", "whimsical", "gritty")
 COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from mas import services
+from mas.runtime import services
 from mas.db import session_scope
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.memory.embeddings import get_embedder

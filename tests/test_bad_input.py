@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db
-from mas.clients import redis_client
+from mas.runtime.clients import redis_client
 from mas.errors import InvalidInput
 from mas.memory.archival import ArchivalMemory
 from tests.studio import ROOT, IsolatedStudio
@@ -35,7 +35,7 @@ def studio():
 
 def snapshot(studio: IsolatedStudio) -> dict:
     """Everything a command could have written: row counts, block versions, queued messages."""
-    from mas.celery_app import Studio, queue_keys  # not at import: the app would read the settings too early
+    from mas.runtime.app import Studio, queue_keys  # not at import: the app would read the settings too early
 
     with db.session_scope(studio.settings) as s:
         tables = s.execute(sa.text(

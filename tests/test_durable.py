@@ -105,7 +105,7 @@ def studio_renders(studio: IsolatedStudio) -> int:
 
 def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_dir):
     """While a batch renders: the same render delivered twice at once, `mas recover` and `mas resume`."""
-    from mas.celery_app import Studio
+    from mas.runtime.app import Studio
     from mas import names
 
     with _stand_in(data_dir, render_seconds=2.0) as server:

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mas import services
+from mas.runtime import services
 from tests.studio import ROOT, IsolatedStudio
 
 LABELS = ("cpu  | ", "gpu  | ", "beat | ")

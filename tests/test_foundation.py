@@ -6,7 +6,8 @@ import pytest
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from mas import db, states
+from mas import db
+from mas.pipeline import states
 from mas.config import Settings, redact_url
 from mas.models import Batch, Video, VideoState
 
@@ -90,7 +91,7 @@ def test_state_machine_guards(clean):
 
 
 def test_routing_by_package(settings):
-    from mas.celery_app import app_for
+    from mas.runtime.app import app_for
 
     app = app_for(settings)
     router = app.amqp.router
@@ -108,7 +109,7 @@ def test_routing_by_package(settings):
 def test_chain_and_chord_across_queues(workers, settings):
     from celery import chain, chord
 
-    from mas.celery_app import app_for
+    from mas.runtime.app import app_for
 
     app = app_for(settings)
 
@@ -122,7 +123,7 @@ def test_chain_and_chord_across_queues(workers, settings):
 
 
 def test_gpu_task_lands_only_on_gpu_worker(workers, settings):
-    from mas.celery_app import app_for
+    from mas.runtime.app import app_for
 
     app = app_for(settings)
 
@@ -132,7 +133,7 @@ def test_gpu_task_lands_only_on_gpu_worker(workers, settings):
 
 def test_beat_schedule_names_registered_tasks(workers, settings):
     import beat_schedule
-    from mas.celery_app import app_for
+    from mas.runtime.app import app_for
 
     app = app_for(settings)
 
@@ -144,7 +145,7 @@ def test_beat_schedule_names_registered_tasks(workers, settings):
 
 def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers, settings):
     """Renders and gradings queued interleaved run as two runs, not alternating (fewer model swaps)."""
-    from mas.celery_app import app_for
+    from mas.runtime.app import app_for
 
     app = app_for(settings)
     from mas.names import GPU_QUEUE, GRADE_QUEUE

@@ -714,7 +714,7 @@ def test_a_batch_runs_end_to_end_on_the_letta_backend(letta_settings, letta_serv
         "MAS_LETTA_MODEL": MODEL, "MAS_LETTA_EMBEDDING": EMBEDDING,
     }
     import tasks.pipeline  # noqa: F401  (registers the tasks)
-    from mas.celery_app import app_for
+    from mas.runtime.app import app_for
 
     app = app_for(letta_settings)
     # where the agent tasks retry transient agent failures, the first two replies are unparseable

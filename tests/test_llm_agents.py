@@ -285,8 +285,8 @@ def _pick(settings: Settings, chosen: str, rejected: str, n: int) -> None:
 
 def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
     from mas import agents
-    from mas.taste import Option
-    from mas.taste_promotion import served, tune_taste
+    from mas.learning.taste import Option
+    from mas.learning.promotion import served, tune_taste
 
     neon, pastoral = "a neon-lit cyberpunk alley at night, rain", "a sunny meadow with sheep, soft pastoral light"
     _pick(clean, chosen="a neon city street at night, glowing signs", rejected="a quiet farm field at noon", n=4)

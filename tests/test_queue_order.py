@@ -1,6 +1,6 @@
 """The gpu worker's queue order: sticky to the queue that delivered last, with a bounded streak."""
 
-from mas.queue_order import StickyCycle
+from mas.runtime.queue_order import StickyCycle
 
 
 def drain(cycle: StickyCycle, queues: dict[str, list[str]]) -> list[str]:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from mas import db, services
-from mas.clients import redis_client
+from mas import db
+from mas.runtime import services
+from mas.runtime.clients import redis_client
 from mas.memory import blocks
 from mas.models import ArchivalPassage, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
 from tests.studio import IsolatedStudio
@@ -107,7 +108,7 @@ def test_task_that_kills_its_worker_is_quarantined(studio):
     cpu = studio.worker("cpu")
     from tests.crashing_tasks import CRASH_TASK
 
-    from mas.celery_app import Studio
+    from mas.runtime.app import Studio
 
     app = Studio(studio.settings)
     result = app.send_task(CRASH_TASK)

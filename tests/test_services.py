@@ -23,7 +23,7 @@ import redis
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from mas import services
+from mas.runtime import services
 from mas.cli import main
 from mas.config import Settings
 
@@ -262,8 +262,8 @@ def test_down_when_redis_cannot_write_its_final_snapshot(data):
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from mas import services
-from mas.clients import redis_client
+from mas.runtime import services
+from mas.runtime.clients import redis_client
 from mas.config import Settings
 s = Settings(data_dir=Path(sys.argv[1]), database_url=None, broker_url=None, result_backend=None)
 services.up(s)
@@ -365,7 +365,7 @@ def test_stale_postmaster_pid_is_cleared(data):
 CONCURRENT = """
 import json, sys, time
 from pathlib import Path
-from mas import services
+from mas.runtime import services
 from mas.config import Settings
 s = Settings(data_dir=Path(sys.argv[1]), database_url=None, broker_url=None, result_backend=None)
 print("ready", flush=True)

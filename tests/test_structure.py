@@ -74,7 +74,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_sees_imports_inside_functions():
     graph = {"a": {"b"}, "b": {"a"}}
     assert _cycle(graph) == ["a", "b", "a"]
-    assert "mas.celery_app" in _graph()["mas"]  # imported inside `mas.__getattr__`
+    assert "mas.runtime.app" in _graph()["mas"]  # imported inside `mas.__getattr__`
 
 
 def test_no_import_cycles():
@@ -110,7 +110,7 @@ def test_importing_the_app_and_its_tasks_reads_no_settings():
 
     check = (
         "import celery._state as state, importlib\n"
-        "for name in ('mas', 'mas.celery_app', 'tasks.pipeline', 'tasks.maintenance', 'tasks.recovery',\n"
+        "for name in ('mas', 'mas.runtime.app', 'tasks.pipeline', 'tasks.maintenance', 'tasks.recovery',\n"
         "             'gpu.tasks', 'beat_schedule', 'mas.cli'):\n"
         "    importlib.import_module(name)\n"
         "assert not [a for a in state._get_active_apps() if type(a).__name__ == 'Studio'], 'an app was made'\n"

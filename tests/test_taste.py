@@ -1,4 +1,4 @@
-"""The taste per user (`mas.taste`, `mas.taste_promotion`) on real PostgreSQL and the shipped MiniLM
+"""The taste per user (`mas.learning.taste`, `mas.learning.promotion`) on real PostgreSQL and the shipped MiniLM
 embedder: it learns from picks, keeps users apart, refuses a worse version, and says why."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from mas.db import session_scope
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest
-from mas.taste import Option
-from mas.taste_promotion import expect, served, tune_taste
+from mas.learning.taste import Option
+from mas.learning.promotion import expect, served, tune_taste
 
 COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")
 CONCEPTS = ("a dragon", "a lighthouse", "a glacier", "a night market", "a comet", "a golem")
@@ -45,7 +45,7 @@ def _p_purple(settings) -> float:
 
 
 def test_each_user_learns_their_own_taste_and_one_never_moves_the_other(clean):
-    from mas import preferences  # loads the Celery app: not at collection
+    from mas.learning import preferences  # loads the Celery app: not at collection
 
     alice, bob = clean.for_user("alice"), clean.for_user("bob")
     _pick_rows(alice, favourite="purple", count=24, seed=1)
@@ -91,8 +91,8 @@ def test_a_new_version_follows_picks_since_the_served_one_and_a_tune_with_none_c
 def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(clean):
     """The rule itself, on real fits: picks the serving version predicts well, a candidate that learned the
     reverse (its predictions on those picks are what cross-validation would give a version that got worse)."""
-    from mas.taste import fit
-    from mas.taste_promotion import judge, load_picks
+    from mas.learning.taste import fit
+    from mas.learning.promotion import judge, load_picks
 
     liked, turned = clean.for_user("gwen"), clean.for_user("hal")
     _pick_rows(liked, favourite="purple", count=24, seed=7)
@@ -169,7 +169,7 @@ def test_a_version_stored_on_other_features_serves_as_the_default_until_refitted
 
 
 def test_calibration_recovers_a_users_temperature_and_does_not_call_a_few_right_guesses_certain():
-    from mas.taste import _temperature
+    from mas.learning.taste import _temperature
 
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 2, 4000)
@@ -185,7 +185,7 @@ def test_a_taste_learns_which_colours_go_with_which_moods_which_no_sum_of_phrase
     interaction between phrases must carry it to a concept never picked."""
     from dataclasses import replace
 
-    from mas.taste import PairwiseTaste, Pick, fit
+    from mas.learning.taste import PairwiseTaste, Pick, fit
 
     warmth = {"orange": 1, "crimson": 1, "teal": -1, "silver": -1}
     energy = {"epic": 1, "cheerful": 1, "serene": -1, "melancholic": -1}
@@ -223,7 +223,7 @@ def test_a_taste_stored_with_an_interaction_over_other_phrase_features_reads_as_
     """A taste stored before the interaction read each phrase's own bucket (its latents had another length)
     cannot be read with today's interaction: the default serves until the next tune refits it."""
     from mas.models import EMBEDDING_DIM
-    from mas.taste import FEATURES, PHRASE_BUCKETS, PairwiseTaste
+    from mas.learning.taste import FEATURES, PHRASE_BUCKETS, PairwiseTaste
 
     stored = PairwiseTaste(weights=np.ones(len(FEATURES)), latents=np.ones(PHRASE_BUCKETS), pairs=4).to_json()
     assert not PairwiseTaste.from_json(stored).is_default

@@ -80,7 +80,7 @@ def test_a_failing_holder_gives_the_gpu_back():
 
 def test_a_gpu_worker_per_gpu_gets_its_own_name_and_threads_for_its_lookahead(tmp_path):
     from mas.config import Settings
-    from mas.processes import worker_argv
+    from mas.runtime.processes import worker_argv
 
     def argv(**settings):
         return worker_argv(Settings(data_dir=tmp_path, **settings), "gpu")

@@ -26,7 +26,7 @@ def backend(settings: Settings) -> Agents:
 
         return letta_agents(settings)
     if settings.agent_backend == "llm":
-        from mas import taste_promotion
+        from mas.learning import promotion as taste_promotion
         from mas.agents.llm import llm_agents
 
         return llm_agents(settings, rank=taste_promotion.ranker(settings))

@@ -7,7 +7,8 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from rich.console import Console
 
-from mas import db, services
+from mas import db
+from mas.runtime import services
 from mas.config import Settings
 from mas.errors import InvalidInput, InvalidSettings
 from mas.text import visible

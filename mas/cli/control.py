@@ -14,7 +14,7 @@ from mas.config import Settings
 @click.pass_obj
 def cancel(settings: Settings, batch: int | None, video: int | None) -> None:
     """Cancel BATCH (every unfinished video, renders stopped where they run), or one video with --video."""
-    from mas import control
+    from mas.pipeline import control
 
     if (batch is None) == (video is None):
         raise click.UsageError("give a BATCH to cancel, or --video VIDEO (not both)")
@@ -32,7 +32,7 @@ def cancel(settings: Settings, batch: int | None, video: int | None) -> None:
 @click.pass_obj
 def pause(settings: Settings, batch: int) -> None:
     """Pause BATCH: no new step starts (running ones finish) until `mas continue BATCH`."""
-    from mas import control
+    from mas.pipeline import control
 
     ready(settings)
     control.pause_batch(settings, batch)
@@ -44,7 +44,7 @@ def pause(settings: Settings, batch: int) -> None:
 @click.pass_obj
 def continue_(settings: Settings, batch: int) -> None:
     """Let a paused BATCH go on from where each video stopped."""
-    from mas import control
+    from mas.pipeline import control
 
     ready(settings)
     control.continue_batch(settings, batch)

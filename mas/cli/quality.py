@@ -14,7 +14,7 @@ from mas.config import Settings
 @click.pass_obj
 def grade(settings: Settings, video: int) -> None:
     """Grade VIDEO again with DQA and print the per-axis table (changes nothing stored)."""
-    from mas import remote
+    from mas.runtime import remote
 
     ready(settings)
     result = remote.regrade(settings, video)
@@ -40,7 +40,7 @@ def grade(settings: Settings, video: int) -> None:
 def tune(settings: Settings, dry_run: bool) -> None:
     """Run the Tuner now for one user (`--user`): their pairwise taste, and a DPO adapter when a base model
     is configured; each is promoted only if picks it never saw do not say it is worse, and it says why."""
-    from mas import remote
+    from mas.runtime import remote
 
     ready(settings)
     report = remote.tune(settings, dry_run=dry_run)

@@ -8,7 +8,7 @@ import sys
 import click
 from rich.table import Column, Table
 
-from mas import foreground, processes, services
+from mas.runtime import foreground, processes, services
 from mas.cli.context import console, load_settings, ready
 from mas.config import Settings
 

@@ -16,7 +16,7 @@ from mas.cli.output import print_files, print_whole
 from mas.config import Settings
 from mas.errors import PermanentError
 from mas.models import BatchStatus
-from mas.states import TERMINAL
+from mas.pipeline.states import TERMINAL
 from mas.text import visible
 
 FINISHED = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
@@ -28,7 +28,7 @@ FINISHED = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
 @click.pass_obj
 def status(settings: Settings, batch: int | None, follow: bool) -> None:
     """Show a batch's progress (default: the latest batch) and the gpu work waiting."""
-    from mas import queries
+    from mas.pipeline import queries
 
     ready(settings)
     if follow:
@@ -53,7 +53,7 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
 
 def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.0) -> None:
     """Show the batch live until it is done or cancelled, then its files."""
-    from mas import queries
+    from mas.pipeline import queries
 
     batch = _batch(settings, batch_id)
     with Live(_batch_view(batch), console=console, refresh_per_second=4) as live:
@@ -75,7 +75,7 @@ class BatchEnded(PermanentError):
 
 
 def _batch(settings: Settings, batch_id: int | None):
-    from mas import queries
+    from mas.pipeline import queries
 
     batch = queries.batch_overview(settings, batch_id)
     if batch is None:
@@ -103,7 +103,7 @@ def _batch_view(batch) -> Group:
 @click.pass_obj
 def videos(settings: Settings, batch: int | None, limit: int) -> None:
     """List finished and running videos with their grades and files."""
-    from mas import queries
+    from mas.pipeline import queries
 
     ready(settings)
     rows = queries.recent_videos(settings, batch=batch, limit=limit)

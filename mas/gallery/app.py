@@ -44,9 +44,9 @@ from mas.gallery.control import batch_action, pick_winner
 from mas.gallery.frames import strip_jpeg
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
-from mas.services import ServiceError
-from mas.states import TERMINAL
-from mas.taste_promotion import expectation_text
+from mas.runtime.services import ServiceError
+from mas.pipeline.states import TERMINAL
+from mas.learning.promotion import expectation_text
 from mas.video import VideoUnreadable
 
 FINAL = tuple(TERMINAL)

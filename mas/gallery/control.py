@@ -24,7 +24,7 @@ def refuse_cross_site(request: Request, what: str) -> None:
 def batch_action(request: Request) -> Response:
     """POST /batches/{id}/cancel | pause | continue, then show the batch (post/redirect/get)."""
     # imported here, as `mas.cli` does: it loads the Celery app, which reads its settings on import
-    from mas import control
+    from mas.pipeline import control
 
     actions = {"cancel": control.cancel_batch, "pause": control.pause_batch, "continue": control.continue_batch}
     batch_id, action = request.path_params["batch_id"], request.path_params["action"]
@@ -41,7 +41,7 @@ def batch_action(request: Request) -> Response:
 def pick_winner(request: Request) -> Response:
     """Record the winner exactly as `mas pick` does, then show the test (post/redirect/get)."""
     # imported here, as `mas.cli` does: it loads the Celery app, which reads its settings on import
-    from mas.preferences import PreferenceError, pick
+    from mas.learning.preferences import PreferenceError, pick
 
     settings, test_id = request.app.state.settings, request.path_params["test_id"]
     refuse_cross_site(request, "a pick")

@@ -2,7 +2,7 @@
 
 Every step of `mas.pipeline.steps.STEPS` is a `StepBody` registered with `step_task`. The runner
 
-1. claims the step's lease for (video, attempt, step) (`mas.leases`): a second delivery of a running step
+1. claims the step's lease for (video, attempt, step) (`mas.pipeline.leases`): a second delivery of a running step
    leaves it alone; a step whose worker keeps dying is given up;
 2. in a short transaction with the video row locked, checks the video is where the step expects it (its
    state is the step's state at the payload's attempt, its batch running) and lets the body read what its
@@ -10,7 +10,7 @@ Every step of `mas.pipeline.steps.STEPS` is a `StepBody` registered with `step_t
 3. runs the body's `work` (an agent's call, a render, a grading) with no transaction open;
 4. in a second short transaction, checks again (the video may have been cancelled meanwhile), lets the body
    write its result (`record`) and moves the video to the state the body chose, in the same commit; a final
-   state updates its batch, series and counters there too (`mas.outcomes.finish_video`);
+   state updates its batch, series and counters there too (`mas.pipeline.outcomes.finish_video`);
 5. after the commit, runs what the outcome asks for (send the next attempt) and a consolidation when due.
 
 A duplicate message finds the video further along at the same attempt and passes the payload on (the first
@@ -31,14 +31,15 @@ from celery.canvas import Signature
 from celery.exceptions import Ignore
 from sqlalchemy.orm import Session
 
-from mas import leases, names, states
-from mas.celery_app import AgentStepTask, GpuStepTask, prioritized
+from mas import names
+from mas.pipeline import leases, states
+from mas.runtime.app import AgentStepTask, GpuStepTask, prioritized
 from mas.config import Settings
 from mas.db import session_scope
-from mas.leases import Lease
+from mas.pipeline.leases import Lease
 from mas.models import Video, VideoState
 from mas.names import Priority
-from mas.outcomes import fail_on_error, finish_video
+from mas.pipeline.outcomes import fail_on_error, finish_video
 from mas.pipeline.steps import BY_STATE, Step, StepPayload, after, order
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class StepBody(Protocol, Generic[Inputs, Result]):
 
 
 def step_task(step: Step, body: StepBody) -> Task:
-    """Register the Celery task that runs `step` with `body` (its options: `mas.celery_app.AgentStepTask` or
+    """Register the Celery task that runs `step` with `body` (its options: `mas.runtime.app.AgentStepTask` or
     `GpuStepTask`)."""
 
     def run(self: Task, payload: dict) -> dict:

@@ -25,7 +25,7 @@ from typing import TextIO
 
 from mas.config import Settings
 from mas.errors import PermanentError
-from mas.processes import beat_argv, worker_argv
+from mas.runtime.processes import beat_argv, worker_argv
 
 COLD_WAIT_S = 10.0
 """How long a cold shutdown may take before SIGKILL."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from mas import names, states
+from mas import names
+from mas.pipeline import states
 from mas.db import rows_changed, session_scope
 from mas.memory import blocks
 from mas.models import (

@@ -12,7 +12,7 @@ from typing import Any
 from celery.exceptions import TimeoutError as ResultTimeout
 
 from mas import names
-from mas.celery_app import app_for
+from mas.runtime.app import app_for
 from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError
 

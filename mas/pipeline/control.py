@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from mas import names, states
-from mas.celery_app import app_for
+from mas import names
+from mas.pipeline import states
+from mas.runtime.app import app_for
 from mas.db import session_scope
 from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video
-from mas.outcomes import finish_video
+from mas.pipeline.outcomes import finish_video
 
 CANCELLED = "cancelled by the user"
 OVER = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)

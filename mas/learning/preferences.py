@@ -10,9 +10,9 @@ from mas.db import session_scope
 from mas.errors import InvalidInput
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest, ABVariation, Attempt, Video, VideoState
-from mas.outcomes import KEEP
-from mas.taste import Option
-from mas.taste_promotion import expect
+from mas.pipeline.outcomes import KEEP
+from mas.learning.taste import Option
+from mas.learning.promotion import expect
 from mas.text import check_storable
 
 

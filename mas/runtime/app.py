@@ -22,12 +22,12 @@ from kombu.transport.redis import PRIORITY_STEPS
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from mas import names
-from mas.clients import redis_client
+from mas.runtime.clients import redis_client
 from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.pipeline.steps import STEPS, Step
-from mas.queue_order import StickyCycle
+from mas.runtime.queue_order import StickyCycle
 from mas.redaction import redact_logs
 from mas.singletons import per_process
 
@@ -81,7 +81,7 @@ class StudioTask(Task):
     #: task lists `PeerUnavailable` in `dont_autoretry_for`, so its other retries are not spent on the wait.
     waits_for_peers: bool = False
     #: Whether deliveries are counted elsewhere: a pipeline step's lease counts its claims in Postgres
-    #: (`mas.leases`), so it is not counted twice here.
+    #: (`mas.pipeline.leases`), so it is not counted twice here.
     deliveries_counted_by_lease: bool = False
 
     def __call__(self, *args, **kwargs):
@@ -188,7 +188,7 @@ def celery_config(settings: Settings) -> dict:
     broker_transport = {
         **transport,
         # The gpu worker stays with renders or gradings while that queue has work, so the video and
-        # quality models do not alternate video by video (see mas.queue_order).
+        # quality models do not alternate video by video (see mas.runtime.queue_order).
         "queue_order_strategy": partial(
             StickyCycle, streak_limit=settings.gpu_streak_limit, urgent_streak_limit=settings.priority_streak_limit
         ),

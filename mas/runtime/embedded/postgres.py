@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 
 from mas.config import Settings
-from mas.embedded.common import ServiceError, alive, first_line, locked, log_tail, same_path, send_signal, wait_gone
+from mas.runtime.embedded.common import ServiceError, alive, first_line, locked, log_tail, same_path, send_signal, wait_gone
 
 
 def sqlalchemy_url(uri: str) -> str:

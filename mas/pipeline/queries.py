@@ -14,13 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
 
 from mas import names
-from mas.celery_app import app_for, queue_keys
-from mas.clients import redis_client
+from mas.runtime.app import app_for, queue_keys
+from mas.runtime.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
 from mas.memory import blocks
 from mas.models import ABTest, Batch, Schedule, Video
-from mas.taste_promotion import expectation_text
+from mas.learning.promotion import expectation_text
 
 
 def batch_overview(settings: Settings, batch_id: int | None = None) -> Batch | None:

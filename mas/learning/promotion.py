@@ -1,7 +1,7 @@
 """Which version of a user's taste serves them, decided on predictions made without the picks judged, and
 what it expects.
 
-Each tune fits a new version on every pick of the user (`mas.taste.fit`); the evidence for it is its
+Each tune fits a new version on every pick of the user (`mas.learning.taste.fit`); the evidence for it is its
 cross-validated predictions, each pair predicted by a fit that never saw its pick, so every pick both teaches
 and judges. A version records the last pick it was fitted on. The promotion rule compares log-likelihoods
 per pair, paired on the same pairs, and is asymmetric on purpose, so that it does not flip-flop on a handful
@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import ABSelection, TasteModel
-from mas.taste import MIN_PICKS_TO_CROSS_VALIDATE, Option, PairwiseTaste, Pick, fit
+from mas.learning.taste import MIN_PICKS_TO_CROSS_VALIDATE, Option, PairwiseTaste, Pick, fit
 
 STANDARD_ERRORS = 1.0
 """How many standard errors of the paired difference the promotion rule asks for."""

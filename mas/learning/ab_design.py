@@ -4,7 +4,7 @@ The Director proposes more variations than the test shows. A pick among variatio
 the studio already knows the user's taste teaches little, and so does one whose winner the studio can
 already call; one among variations that differ where it does not, and that it expects about equally, teaches
 much. So the studio offers the set that maximises the expected information of the pick about the taste's
-weights (locally D-optimal sequential design for the multinomial logit of `mas.taste`, taken at the taste
+weights (locally D-optimal sequential design for the multinomial logit of `mas.learning.taste`, taken at the taste
 serving the user):
 
 - the information of one choice among k options with taste features X, where the served taste expects
@@ -41,14 +41,14 @@ import numpy as np
 from mas.agents.roles import Plan
 from mas.config import Settings
 from mas.requests import MAX_VARIATIONS, ProductionRequest
-from mas.taste import Option, PairwiseTaste, Pick, features, softmax
-from mas.taste_promotion import load_picks, served
+from mas.learning.taste import Option, PairwiseTaste, Pick, features, softmax
+from mas.learning.promotion import load_picks, served
 
 log = logging.getLogger(__name__)
 
 PRIOR_PRECISION = 0.5
 """The information the studio has before any pick, per feature: the L2 penalty of a taste fitted at
-regularisation 1 (the middle of `mas.taste.REGULARISATION_GRID`) read as a Gaussian prior's precision."""
+regularisation 1 (the middle of `mas.learning.taste.REGULARISATION_GRID`) read as a Gaussian prior's precision."""
 
 
 def choice_information(rows: np.ndarray, logits: np.ndarray) -> np.ndarray:

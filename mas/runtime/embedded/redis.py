@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from mas.config import Settings
-from mas.embedded.common import ServiceError, alive, first_line, locked, log_tail, same_path, send_signal, wait_gone
+from mas.runtime.embedded.common import ServiceError, alive, first_line, locked, log_tail, same_path, send_signal, wait_gone
 
 
 def _redis_binary() -> str:

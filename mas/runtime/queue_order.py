@@ -17,7 +17,7 @@ others, so interactive work (an A/B test, `mas grade`) is taken at the next free
 keeps that from starving a batch: after that many urgent deliveries in a row, the other queues are polled
 first once.
 
-Selected with `broker_transport_options["queue_order_strategy"]` (see `mas.celery_app`); a worker with one
+Selected with `broker_transport_options["queue_order_strategy"]` (see `mas.runtime.app`); a worker with one
 queue is unaffected.
 """
 

@@ -1,8 +1,8 @@
 """Which PostgreSQL and Redis the studio uses, and bringing them up: embedded by default, or configured.
 
 With `MAS_DATABASE_URL` / `MAS_BROKER_URL` set nothing is started and `up` only checks that the configured
-servers answer; otherwise the embedded servers of `mas.embedded` are started (or found running) under the
-data folder. The runtime clients that workers use are in `mas.clients`.
+servers answer; otherwise the embedded servers of `mas.runtime.embedded` are started (or found running) under the
+data folder. The runtime clients that workers use are in `mas.runtime.clients`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from redis.retry import Retry
 
 from mas.config import Settings
 from mas.redaction import redact_url
-from mas.embedded.common import ServiceError, first_line
-from mas.embedded.postgres import postmaster, sqlalchemy_url, start_postgres, stop_postgres
-from mas.embedded.redis import redis_ping, redis_process, redis_workdir, start_redis, stop_redis
+from mas.runtime.embedded.common import ServiceError, first_line
+from mas.runtime.embedded.postgres import postmaster, sqlalchemy_url, start_postgres, stop_postgres
+from mas.runtime.embedded.redis import redis_ping, redis_process, redis_workdir, start_redis, stop_redis
 
 __all__ = ["ServiceError", "ServiceInfo", "database_url", "describe", "down", "up", "start_postgres",
            "stop_postgres", "start_redis", "stop_redis"]

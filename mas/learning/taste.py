@@ -23,7 +23,7 @@ a few starts), theta's L2 strength chosen by the same cross-validation, or none;
 by one temperature fitted on the cross-validated predictions (Platt scaling without intercept), so a
 probability of 0.8 is right about four times in five. Those cross-validated predictions are also the evidence
 a new version is judged by. It fits in seconds on a CPU.
-Which version serves a user, and why, is `mas.taste_promotion`.
+Which version serves a user, and why, is `mas.learning.promotion`.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class Fit:
     validation: np.ndarray
     """log P(chosen beats rejected) of every pair of the picks, in order, each predicted by a fit that never
     saw its pick (5-fold over picks, the chosen strength, calibrated); empty when there were too few picks
-    to cross-validate. What `mas.taste_promotion` judges a new version by."""
+    to cross-validate. What `mas.learning.promotion` judges a new version by."""
 
 
 def fit(picks: Sequence[Pick], *, settings: Settings) -> Fit:
