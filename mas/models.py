@@ -56,13 +56,13 @@ def _now_column() -> Mapped[datetime]:
 
 
 class VideoState(str, enum.Enum):
-    """Life of one video; `mas.states` holds the legal moves."""
+    """Life of one video. A live state names the pipeline step that is due or running for the video's current
+    attempt (`mas.pipeline.steps`); the final ones say how it ended."""
 
-    pending = "pending"
     writing = "writing"
-    generating = "generating"
-    evaluating = "evaluating"
-    refining = "refining"
+    rendering = "rendering"
+    grading = "grading"
+    reviewing = "reviewing"
     accepted = "accepted"
     failed = "failed"
     cancelled = "cancelled"  # stopped by `mas cancel`: final, nothing brings it back
@@ -112,9 +112,9 @@ class Video(Base):
     concept: Mapped[str] = mapped_column(Text)
     label: Mapped[str | None] = mapped_column(String(8))  # A/B variation label
     state: Mapped[VideoState] = mapped_column(
-        Enum(VideoState, name="video_state"), default=VideoState.pending, index=True
+        Enum(VideoState, name="video_state"), default=VideoState.writing, index=True
     )
-    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    attempt_count: Mapped[int] = mapped_column(Integer, default=1)  # the attempt its live state is about
     grade: Mapped[str | None] = mapped_column(String(1))
     score: Mapped[float | None] = mapped_column(Float)
     output_path: Mapped[str | None] = mapped_column(Text)
@@ -151,7 +151,7 @@ class Attempt(Base):
 
 
 class StepLease(Base):
-    """Which delivery runs a step of an attempt, and whether it is alive (`mas.leases`)."""
+    """Which delivery runs a step of an attempt, and whether it is alive (`mas.pipeline.leases`)."""
 
     __tablename__ = "step_leases"
 
@@ -315,7 +315,7 @@ class TrainedAdapter(Base):
 
 
 class TasteModel(Base):
-    """A fitted pairwise taste (`mas.taste`) of one user, promoted or kept on file with the reason."""
+    """A fitted pairwise taste (`mas.learning.taste`) of one user, promoted or kept on file with the reason."""
 
     __tablename__ = "taste_models"
     __table_args__ = (UniqueConstraint("user_name", "version"),)
@@ -329,7 +329,7 @@ class TasteModel(Base):
     heldout_accuracy: Mapped[float | None] = mapped_column(Float)
     promoted: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     reason: Mapped[str] = mapped_column(Text, default="", server_default="")
-    # "served": weights, calibration, features (`mas.taste.PairwiseTaste`); "last_pick": newest pick fitted on
+    # "served": weights, calibration, features (`mas.learning.taste.PairwiseTaste`); "last_pick": newest pick fitted on
     model: Mapped[dict] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now_column()
 

@@ -22,7 +22,7 @@ GRADE_QUEUE = "gpu-grade"
 
 URGENT_SUFFIX = "-urgent"
 """A queue named with this suffix holds high-priority work (A/B tests, `mas grade`, `--priority high`):
-its workers poll it first (see `mas.queue_order`)."""
+its workers poll it first (see `mas.runtime.queue_order`)."""
 
 
 def is_urgent(queue: str) -> bool:

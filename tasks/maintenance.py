@@ -5,7 +5,8 @@ from dataclasses import asdict
 
 from celery import shared_task
 
-from mas import names, production
+from mas import names
+from mas.pipeline import production
 from mas.memory import recall
 from tasks import recovery
 

@@ -26,7 +26,7 @@ from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series,
 from mas.pipeline.outcomes import KEEP, PENDING_SHOWN, fail_planning
 from mas.pipeline.runner import Outcome, StepRun, resume_point, step_task, video_chain
 from mas.pipeline.steps import BY_NAME, FIRST, StepPayload
-from mas.production import batch_priority, request_of
+from mas.pipeline.production import batch_priority, request_of
 
 log = logging.getLogger(__name__)
 S = VideoState

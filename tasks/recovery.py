@@ -28,7 +28,7 @@ from mas.models import Batch, BatchStatus, Video
 from mas.names import Priority
 from mas.pipeline.runner import resume_point, video_chain
 from mas.pipeline.steps import BY_TASK, Step, StepPayload
-from mas.production import batch_priority, send_plan
+from mas.pipeline.production import batch_priority, send_plan
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from mas.agents.offline import (
     OfflineWriter,
 )
 from mas.agents.roles import WriterBrief
-from mas.requests import ProductionRequest
+from mas.pipeline.requests import ProductionRequest
 
 MODEL = "gpt-4o-mini"
 EMBEDDING_DIM = 1536

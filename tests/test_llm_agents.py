@@ -26,7 +26,7 @@ from mas.agents.roles import WriterBrief
 from mas.config import Settings
 from mas.memory import recall
 from mas.models import Batch, BatchStatus, VideoState
-from mas.requests import ProductionRequest
+from mas.pipeline.requests import ProductionRequest
 from tests.llm_faults import HANG, FaultyLLM
 from tests.llm_server import MODEL_NAME, LocalLLM, free_port, unavailable_reason
 

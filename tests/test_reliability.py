@@ -125,7 +125,7 @@ def _two_triggers(settings_env: dict[str, str]) -> list[int]:
 
     os.environ.update(settings_env)
     from mas.config import Settings
-    from mas.production import run_due_schedules
+    from mas.pipeline.production import run_due_schedules
 
     return run_due_schedules(Settings())
 
@@ -134,8 +134,8 @@ def test_scheduled_batch_runs_exactly_once(studio):
     from datetime import datetime, timedelta, timezone
     from multiprocessing import get_context
 
-    from mas.production import schedule
-    from mas.requests import parse_request
+    from mas.pipeline.production import schedule
+    from mas.pipeline.requests import parse_request
 
     later = schedule(studio.settings, parse_request("Create 2 videos of night trains", studio.settings),
                      run_at=datetime.now(timezone.utc) + timedelta(hours=6))
@@ -201,8 +201,8 @@ def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
     import time
     from datetime import datetime, timedelta, timezone
 
-    from mas.production import schedule
-    from mas.requests import parse_request
+    from mas.pipeline.production import schedule
+    from mas.pipeline.requests import parse_request
 
     studio.worker("cpu")
     studio.worker("gpu")

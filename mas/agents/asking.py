@@ -33,7 +33,7 @@ from mas.agents.roles import (
     draft_seed,
 )
 from mas.config import grade_at_least
-from mas.requests import ProductionRequest
+from mas.pipeline.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
 

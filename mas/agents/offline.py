@@ -23,7 +23,7 @@ from mas.agents.roles import (
 from mas import grading
 from mas.config import grade_at_least
 from mas.palette import COLORS, COOL, WARM
-from mas.requests import ProductionRequest
+from mas.pipeline.requests import ProductionRequest
 
 ANGLES = [
     "at dawn, low golden mist", "in a thunderstorm", "close-up portrait", "wide establishing shot",

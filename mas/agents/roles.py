@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mas.requests import ProductionRequest
+from mas.pipeline.requests import ProductionRequest
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from mas.cli.watching import follow_batch
 from mas.config import Settings
 from mas.errors import InvalidInput
 from mas.names import PRIORITIES
-from mas.requests import MAX_VARIATIONS, ProductionRequest, parse_request
+from mas.pipeline.requests import MAX_VARIATIONS, ProductionRequest, parse_request
 
 
 PRIORITY = click.option(
@@ -31,7 +31,7 @@ PRIORITY = click.option(
 @click.pass_obj
 def enqueue(settings: Settings, request: str, wait: bool, at: str | None, priority: str | None) -> None:
     """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
-    from mas import production
+    from mas.pipeline import production
 
     parsed = parse_request(request, settings)
     if at is None:
@@ -60,7 +60,7 @@ def _next_time(text: str) -> datetime:
 
 def _submit(settings: Settings, request: ProductionRequest, *, wait: bool, priority: str | None) -> None:
     """Queue `request` (read before anything starts, so a bad one changes nothing); follow it if asked."""
-    from mas import production
+    from mas.pipeline import production
 
     ready(settings)
     batch_id = production.submit(settings, request, priority=priority)
@@ -103,7 +103,8 @@ def ab(settings: Settings, concept: str, variations: int, wait: bool, priority: 
 @click.pass_obj
 def pick(settings: Settings, test: int, label: str) -> None:
     """Choose the winning variation of A/B test TEST (label A, B, ...)."""
-    from mas import preferences, queries
+    from mas.learning import preferences
+    from mas.pipeline import queries
 
     ready(settings)
     value = preferences.pick(settings, test, label)
@@ -118,7 +119,7 @@ def pick(settings: Settings, test: int, label: str) -> None:
 @click.pass_obj
 def style(settings: Settings, feedback: str) -> None:
     """Teach the studio your taste, e.g. "I prefer dark moody aesthetics with purple and blue tones"."""
-    from mas import preferences
+    from mas.learning import preferences
 
     ready(settings)
     print_block("user_style", preferences.learn_style(settings, feedback))
@@ -129,7 +130,8 @@ def style(settings: Settings, feedback: str) -> None:
 @click.pass_obj
 def resume(settings: Settings, yes: bool) -> None:
     """Offer and restart the work a previous session left pending."""
-    from mas import production, queries
+    from mas.pipeline import production
+    from mas.pipeline import queries
 
     ready(settings)
     pending = queries.pending_work(settings)
@@ -141,7 +143,7 @@ def resume(settings: Settings, yes: bool) -> None:
     if not yes and not click.confirm("resume these now?", default=True):
         console.print("left pending")
         return
-    production.resume([work["batch_id"] for work in pending])
+    production.resume(settings, [work["batch_id"] for work in pending])
     console.print(f"resumed {len(pending)} batch(es); follow with `mas status --follow`")
 
 
@@ -154,7 +156,7 @@ def schedule_group() -> None:
 @click.pass_obj
 def schedule_list(settings: Settings) -> None:
     """Show scheduled, sent and cancelled batches."""
-    from mas import queries
+    from mas.pipeline import queries
 
     ready(settings)
     rows = queries.schedules(settings)
@@ -174,7 +176,7 @@ def schedule_list(settings: Settings) -> None:
 @click.pass_obj
 def schedule_cancel(settings: Settings, schedule_id: int) -> None:
     """Cancel a scheduled batch that has not started."""
-    from mas import production
+    from mas.pipeline import production
 
     ready(settings)
     if not production.cancel_schedule(settings, schedule_id):
@@ -191,10 +193,10 @@ def recover(settings: Settings) -> None:
 
     Runs on a cpu worker, which sees what every worker holds; start one first if none runs.
     """
-    from mas import remote
+    from mas.runtime import remote
 
     ready(settings)
-    report = remote.request_recover()
+    report = remote.request_recover(settings)
     console.print(
         f"re-planned {len(report['replanned'])} batch(es), re-sent {len(report['resent'])} video(s); "
         "anything still queued or running was left alone"

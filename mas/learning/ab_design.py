@@ -40,7 +40,7 @@ import numpy as np
 
 from mas.agents.roles import Plan
 from mas.config import Settings
-from mas.requests import MAX_VARIATIONS, ProductionRequest
+from mas.pipeline.requests import MAX_VARIATIONS, ProductionRequest
 from mas.learning.taste import Option, PairwiseTaste, Pick, features, softmax
 from mas.learning.promotion import load_picks, served
 

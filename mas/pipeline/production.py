@@ -11,14 +11,14 @@ import redis
 import sqlalchemy as sa
 
 from mas import names
-from mas.celery_app import app, queue_of
-from mas.clients import redis_client
+from mas.runtime.app import app_for, queue_of
+from mas.runtime.clients import redis_client
 from mas.db import session_scope
 from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
 from mas.names import Priority
 from mas.redaction import redact_url
-from mas.requests import ProductionRequest, parse_request
+from mas.pipeline.requests import ProductionRequest, parse_request
 
 
 def priority_for(settings, request: ProductionRequest, asked: str | None) -> Priority:
@@ -86,7 +86,7 @@ def submit(settings, request: ProductionRequest, *, priority: str | None = None)
     check_broker(settings)
     with session_scope(settings) as session:
         batch_id = new_batch(session, request, priority=priority, user=settings.user).id
-    send_plan(batch_id, priority=priority)
+    send_plan(settings, batch_id, priority=priority)
     return batch_id
 
 
@@ -126,7 +126,7 @@ def run_due_schedules(settings) -> list[int]:
             row.status = "sent"
             sent.append((row.batch_id, row.priority))
     for batch_id, priority in sent:
-        send_plan(batch_id, priority=priority)
+        send_plan(settings, batch_id, priority=priority)
     return [batch_id for batch_id, _ in sent]
 
 
@@ -139,12 +139,14 @@ def cancel_schedule(settings, schedule_id: int) -> bool:
         return result.rowcount == 1
 
 
-def send_plan(batch_id: int, *, priority: Priority) -> None:
+def send_plan(settings, batch_id: int, *, priority: Priority) -> None:
     """Ask the Director to plan a stored batch (a cpu worker picks it up)."""
+    app = app_for(settings)
     app.send_task(names.PLAN_BATCH, args=[batch_id], queue=queue_of(app, names.PLAN_BATCH, priority=priority))
 
 
-def resume(batch_ids: list[int]) -> None:
+def resume(settings, batch_ids: list[int]) -> None:
     """Restart batches a previous session left pending: each goes on from what Postgres says is done."""
+    app = app_for(settings)
     for batch_id in batch_ids:
         app.send_task(names.RESUME_BATCH, args=[batch_id])
