@@ -93,6 +93,23 @@ def test_core_never_imports_tasks_or_gpu():
     assert not wrong, sorted(wrong)
 
 
+BASE = {f"mas.{name}" for name in ("config", "errors", "names", "locks", "singletons", "text", "redaction")}
+
+
+def test_rooms_import_downward():
+    """The base imports only the base; the step table only the base and the models; nothing imports the CLI,
+    and only the CLI imports the gallery (`mas serve`)."""
+    graph = _graph()
+    wrong = {f"{name} imports {target}" for name in BASE for target in graph[name] if target not in BASE}
+    wrong |= {f"mas.pipeline.steps imports {target}" for target in graph["mas.pipeline.steps"]
+              if target not in BASE | {"mas.models"}}
+    room = {name: ".".join(name.split(".")[:2]) for name in graph}
+    wrong |= {f"{name} imports {target}" for name, targets in graph.items() for target in targets
+              if room[target] != room[name] and (room[target] == "mas.cli"
+                                                 or (room[target] == "mas.gallery" and room[name] != "mas.cli"))}
+    assert not wrong, sorted(wrong)
+
+
 def test_modules_stay_small():
     long = {
         name: n
