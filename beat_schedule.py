@@ -7,8 +7,8 @@ Start with `mas beat` (which runs `celery -A beat_schedule:app beat`). Every job
 from celery.schedules import crontab
 
 from mas import names
-from mas.runtime.app import Studio, default_app
 from mas.config import Settings
+from mas.runtime.app import Studio, default_app
 
 
 def schedule(settings: Settings) -> dict:
@@ -23,7 +23,8 @@ def schedule(settings: Settings) -> dict:
         # Lost messages (a wiped broker, a worker killed mid-task) are re-sent from Postgres: a video is lost
         # when no message carries it and no step of it has a live lease (MAS_LEASE_EXPIRY_SECONDS).
         "reconcile": {
-            "task": names.RECONCILE, "schedule": settings.reconcile_every_seconds,
+            "task": names.RECONCILE,
+            "schedule": settings.reconcile_every_seconds,
             "options": {"expires": settings.reconcile_every_seconds},  # a late run is dropped, not stacked
         },
         # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.

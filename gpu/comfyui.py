@@ -86,14 +86,10 @@ class Workflow:
             isinstance(node, dict) and "class_type" in node and isinstance(node.get("inputs"), dict)
             for node in template.values()
         ):
-            raise WorkflowError(
-                f"{path} is not an API-format workflow (a map of node id -> {{class_type, inputs}})"
-            )
+            raise WorkflowError(f"{path} is not an API-format workflow (a map of node id -> {{class_type, inputs}})")
         unknown = sorted(set(nodes) - set(VALUE_KEYS) - {"output"})
         if unknown:
-            raise WorkflowError(
-                f"MAS_COMFYUI_NODES has unknown keys {unknown}; known: {', '.join(VALUE_KEYS)}, output"
-            )
+            raise WorkflowError(f"MAS_COMFYUI_NODES has unknown keys {unknown}; known: {', '.join(VALUE_KEYS)}, output")
         missing = [key for key in REQUIRED_KEYS if key not in nodes]
         if missing:
             raise WorkflowError(f"MAS_COMFYUI_NODES lacks {missing}; it needs {', '.join(REQUIRED_KEYS)}")
@@ -167,8 +163,16 @@ class ComfyUIBackend:
         }
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str = "", seed: int, output: Path, render_id: str,
-        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None, order: float | None = None,
+        self,
+        *,
+        prompt: str,
+        negative_prompt: str = "",
+        seed: int,
+        output: Path,
+        render_id: str,
+        progress: Progress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        order: float | None = None,
     ) -> Path:
         """Render `prompt` into `output` as ComfyUI prompt `render_id` (or collect that prompt's render);
         a template without a negative_prompt slot ignores the negative. `order` is the prompt's place in
@@ -176,8 +180,13 @@ class ComfyUIBackend:
         starts to run; before that it may wait behind `queue_ahead` renders of the same limit."""
         values = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": seed, **self.size}
         entry = self.client.render(
-            self.workflow.fill(values), prompt_id=render_id, progress=progress, timeout=self.timeout,
-            should_stop=should_stop, number=order, queue_timeout=self.timeout * max(1, self.queue_ahead),
+            self.workflow.fill(values),
+            prompt_id=render_id,
+            progress=progress,
+            timeout=self.timeout,
+            should_stop=should_stop,
+            number=order,
+            queue_timeout=self.timeout * max(1, self.queue_ahead),
         )
         self.last_run_seconds = run_seconds(entry)
         return self.client.download(self._saved_file(entry), output)

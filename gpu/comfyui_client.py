@@ -38,9 +38,18 @@ import httpx
 from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
-from gpu.comfyui_errors import (ComfyUIBadReply, ComfyUIError, ComfyUITimeout, ComfyUIUnavailable,
-                                describe_node_errors, ended_well, execution_error, interruption, rejection,
-                                succeeded)
+from gpu.comfyui_errors import (
+    ComfyUIBadReply,
+    ComfyUIError,
+    ComfyUITimeout,
+    ComfyUIUnavailable,
+    describe_node_errors,
+    ended_well,
+    execution_error,
+    interruption,
+    rejection,
+    succeeded,
+)
 from gpu.interfaces import STOP_POLL_SECONDS, Progress, check_stop
 
 log = logging.getLogger(__name__)
@@ -88,7 +97,12 @@ class ComfyUIClient:
     """
 
     def __init__(
-        self, *, url: str, retries: int = 3, backoff_seconds: float = 0.5, poll_seconds: float = 2.0,
+        self,
+        *,
+        url: str,
+        retries: int = 3,
+        backoff_seconds: float = 0.5,
+        poll_seconds: float = 2.0,
         request_seconds: float = 30.0,
     ):
         self.url = url.rstrip("/")
@@ -101,8 +115,15 @@ class ComfyUIClient:
 
     # --- one render ------------------------------------------------------------------------------
     def render(
-        self, workflow: dict[str, Any], *, prompt_id: str, progress: Progress | None, timeout: float,
-        should_stop: Callable[[], bool] | None = None, number: float | None = None, queue_timeout: float = 0.0,
+        self,
+        workflow: dict[str, Any],
+        *,
+        prompt_id: str,
+        progress: Progress | None,
+        timeout: float,
+        should_stop: Callable[[], bool] | None = None,
+        number: float | None = None,
+        queue_timeout: float = 0.0,
     ) -> dict[str, Any]:
         """Bring prompt `prompt_id` (running `workflow`) to a successful end; its /history entry. `number`
         places a new prompt in the server's queue (lower runs first; None: at the back); it may wait
@@ -137,7 +158,7 @@ class ComfyUIClient:
         """Queue `workflow` as `prompt_id`, at `number` in the queue if given (lower runs first). A 400 (the
         server's validation failed) raises ComfyUIRejected. A try whose answer was lost may have queued
         it, so the server is asked before each try again."""
-        body = {"prompt": workflow, "prompt_id": prompt_id, "client_id": self.client_id}
+        body: dict[str, Any] = {"prompt": workflow, "prompt_id": prompt_id, "client_id": self.client_id}
         if number is not None:
             body["number"] = number
         tries = 0
@@ -159,8 +180,9 @@ class ComfyUIClient:
             raise rejection(_json_or_none(response) or {})
         reply = self._json(response, "POST /prompt")
         if reply.get("node_errors"):
-            log.warning("ComfyUI queued the workflow without some outputs: %s",
-                        describe_node_errors(reply["node_errors"]))
+            log.warning(
+                "ComfyUI queued the workflow without some outputs: %s", describe_node_errors(reply["node_errors"])
+            )
 
     def find(self, prompt_id: str) -> Found:
         """Where the server has the prompt. /history, then /queue, then /history again: a prompt that ends
@@ -196,9 +218,10 @@ class ComfyUIClient:
         def fetch() -> Path:
             fd, partial = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial")
             try:
-                with os.fdopen(fd, "wb") as sink, httpx.stream(
-                    "GET", self.url + "/view", params=params, timeout=self.request_seconds
-                ) as response:
+                with (
+                    os.fdopen(fd, "wb") as sink,
+                    httpx.stream("GET", self.url + "/view", params=params, timeout=self.request_seconds) as response,
+                ):
                     if response.status_code >= 500:
                         response.read()
                         response.raise_for_status()
@@ -285,7 +308,12 @@ class ComfyUIClient:
             yield connection
 
     def _follow(
-        self, events: ClientConnection, prompt_id: str, progress: Progress | None, deadline: float, timeout: float,
+        self,
+        events: ClientConnection,
+        prompt_id: str,
+        progress: Progress | None,
+        deadline: float,
+        timeout: float,
         should_stop: Callable[[], bool] | None,
     ) -> float:
         """Relay progress until the websocket says the prompt ended; return early if the socket drops.
@@ -340,7 +368,11 @@ class ComfyUIClient:
     def _queued(self, prompt_id: str) -> Found | None:
         """The prompt as GET /queue lists it (running or pending, with its submitter's client id), or None."""
         queue = self._json(self._request("GET", "/queue"), "GET /queue")
-        for state, key in (("running", "queue_running"), ("pending", "queue_pending")):
+        places: tuple[tuple[Literal["running", "pending"], str], ...] = (
+            ("running", "queue_running"),
+            ("pending", "queue_pending"),
+        )
+        for state, key in places:
             for item in queue.get(key) or []:  # [number, prompt_id, prompt, extra_data, outputs]
                 if isinstance(item, list) and len(item) > 1 and item[1] == prompt_id:
                     extra = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
@@ -353,9 +385,7 @@ class ComfyUIClient:
             f"if renders this long are expected"
         )
 
-    def _request(
-        self, method: str, path: str, *, body: Any = None, retries: int | None = None
-    ) -> httpx.Response:
+    def _request(self, method: str, path: str, *, body: Any = None, retries: int | None = None) -> httpx.Response:
         def send() -> httpx.Response:
             response = httpx.request(method, self.url + path, json=body, timeout=self.request_seconds)
             if response.status_code >= 500:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mas.errors import InvalidSettings, PermanentError, PeerUnavailable, RetryableError, StudioError
+from mas.errors import InvalidSettings, PeerUnavailable, PermanentError, RetryableError, StudioError
 
 
 class ComfyUIError(StudioError):

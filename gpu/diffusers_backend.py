@@ -87,8 +87,16 @@ class DiffusersBackend:
         return pipeline
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str, seed: int, output: Path, render_id: str,
-        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None, order: float | None = None,
+        self,
+        *,
+        prompt: str,
+        negative_prompt: str,
+        seed: int,
+        output: Path,
+        render_id: str,
+        progress: Progress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        order: float | None = None,
     ) -> Path:
         """Render `prompt` to `output` (written to temporary names next to it, then renamed: never half a
         file). `should_stop` is asked before the pipeline starts, after every denoising step and before
@@ -135,8 +143,13 @@ def write_mp4(*, frames: np.ndarray, fps: int, output: Path, audio: torch.Tensor
             write_wav(waveform=audio[0], rate=audio_rate, path=sound)
         height, width = frames.shape[1:3]
         writer = imageio_ffmpeg.write_frames(
-            str(partial), (width, height), fps=fps, codec="libx264", ffmpeg_log_level="error",
-            audio_path=str(sound) if audio is not None else None, audio_codec="aac" if audio is not None else None,
+            str(partial),
+            (width, height),
+            fps=fps,
+            codec="libx264",
+            ffmpeg_log_level="error",
+            audio_path=str(sound) if audio is not None else None,
+            audio_codec="aac" if audio is not None else None,
         )
         writer.send(None)
         for frame in frames:

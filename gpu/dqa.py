@@ -70,7 +70,8 @@ class DQAGrader:
 
     def clip_folder(self) -> Path:
         return grading.model_folder(
-            self.settings.clip_model_path, variable="MAS_CLIP_MODEL_PATH",
+            self.settings.clip_model_path,
+            variable="MAS_CLIP_MODEL_PATH",
             what="a CLIP-family model (e.g. openai/clip-vit-large-patch14)",
         )
 
@@ -160,12 +161,15 @@ def regrade(settings: Settings, video_id: int, *, residency: Residency) -> Regra
         if video is None:
             raise NothingToGrade(f"there is no video {video_id}; `mas videos` lists them")
         row = session.execute(
-            sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.output_path.is_not(None))
-            .order_by(Attempt.number.desc()).limit(1)
+            sa.select(Attempt)
+            .where(Attempt.video_id == video_id, Attempt.output_path.is_not(None))
+            .order_by(Attempt.number.desc())
+            .limit(1)
         ).scalar_one_or_none()
         if row is None:
             raise NothingToGrade(f"video {video_id} has no rendered attempt yet; grade it once it has been rendered")
         concept, attempt, user = video.concept, row, video.batch.user_name
+    assert attempt.output_path is not None  # the query picks a rendered attempt
     grader = DQAGrader(settings=settings, residency=residency)
     scores, grade = grader(video=Path(attempt.output_path), prompt=attempt.prompt, concept=concept, user=user)
     stored = attempt.scores or {}
@@ -177,7 +181,15 @@ def regrade(settings: Settings, video_id: int, *, residency: Residency) -> Regra
         rows.extend(AxisRow(name=m, score=scores[m], parent=axis, stored=stored.get(m)) for m in subs.get(axis, ()))
     rows.append(AxisRow(name="total", score=scores["total"], weight=1.0, stored=stored.get("total")))
     return Regrade(
-        video_id=video_id, attempt=attempt.number, path=attempt.output_path, concept=concept,
-        prompt=attempt.prompt, grade=grade, total=scores["total"], stored_grade=attempt.grade,
-        stored_grader=attempt.grader, rows=rows, failure_reasons=grading.failure_reasons(scores),
+        video_id=video_id,
+        attempt=attempt.number,
+        path=attempt.output_path,
+        concept=concept,
+        prompt=attempt.prompt,
+        grade=grade,
+        total=scores["total"],
+        stored_grade=attempt.grade,
+        stored_grader=attempt.grader,
+        rows=rows,
+        failure_reasons=grading.failure_reasons(scores),
     )

@@ -73,8 +73,10 @@ class DQAConfig:
     flow_grid: int = field(default=4, metadata={"help": "Blocks per side of the phase-correlation flow field."})
     flow_whitening: float = field(
         default=0.5,
-        metadata={"help": "Exponent of the spectrum normalisation: 1 is pure phase correlation, 0 plain "
-                  "cross-correlation; in between resists noise and low texture."},
+        metadata={
+            "help": "Exponent of the spectrum normalisation: 1 is pure phase correlation, 0 plain "
+            "cross-correlation; in between resists noise and low texture."
+        },
     )
     flow_smoothing: float = field(
         default=1.5, metadata={"help": "Gaussian smoothing (pixels) of the correlation surface before the peak search."}
@@ -87,8 +89,10 @@ class DQAConfig:
     )
     moving_shift: float = field(
         default=0.004,
-        metadata={"help": "A frame pair moves when a quarter of its tracked blocks shift by more than this "
-                  "share of the width."},
+        metadata={
+            "help": "A frame pair moves when a quarter of its tracked blocks shift by more than this "
+            "share of the width."
+        },
     )
     jerk_scale: float = field(
         default=0.01,
@@ -114,7 +118,10 @@ def subject_phrases(prompt: str, *, limit: int) -> list[str]:
 class ClipScorer(nn.Module):
     """A CLIP-family model with its tokenizer and pixel normalisation, resident as one unit."""
 
-    def __init__(self, *, model: nn.Module, tokenizer: Any, mean: Sequence[float], std: Sequence[float]) -> None:
+    mean: torch.Tensor  # buffers, registered in __init__
+    std: torch.Tensor
+
+    def __init__(self, *, model: Any, tokenizer: Any, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
@@ -124,7 +131,7 @@ class ClipScorer(nn.Module):
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
 
     @classmethod
-    def load(cls, folder: Path, *, dtype: torch.dtype) -> "ClipScorer":
+    def load(cls, folder: Path, *, dtype: torch.dtype) -> ClipScorer:
         from transformers import AutoModel, AutoTokenizer
 
         model = AutoModel.from_pretrained(folder, dtype=dtype, local_files_only=True).eval()
@@ -151,8 +158,9 @@ class ClipScorer(nn.Module):
         out = []
         for start in range(0, len(images), batch_size):
             chunk = images[start : start + batch_size].to(self.device, torch.float32)
-            chunk = F.interpolate(chunk, size=(self.image_size, self.image_size), mode="bilinear", antialias=True,
-                                  align_corners=False)
+            chunk = F.interpolate(
+                chunk, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False
+            )
             pixels = ((chunk - self.mean) / self.std).to(dtype)
             out.append(_features(self.model.get_image_features(pixel_values=pixels)))
         return F.normalize(torch.cat(out).float(), dim=-1)
@@ -160,8 +168,9 @@ class ClipScorer(nn.Module):
     @torch.inference_mode()
     def embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
         """Unit text embeddings; texts longer than the model's context are cut (CLIP reads 77 tokens)."""
-        tokens = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_tokens,
-                                return_tensors="pt").to(self.device)
+        tokens = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
+        ).to(self.device)
         features = self.model.get_text_features(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
         return F.normalize(_features(features).float(), dim=-1)
 
@@ -240,8 +249,10 @@ def block_flow(
     n, h, w = luma.shape
     bh, bw = h // grid, w // grid
     blocks = luma[:, : bh * grid, : bw * grid].unfold(1, bh, bh).unfold(2, bw, bw).reshape(n, grid * grid, bh, bw)
-    window = torch.outer(torch.hann_window(bh, periodic=False, device=luma.device),
-                         torch.hann_window(bw, periodic=False, device=luma.device))
+    window = torch.outer(
+        torch.hann_window(bh, periodic=False, device=luma.device),
+        torch.hann_window(bw, periodic=False, device=luma.device),
+    )
     spectra = torch.fft.fft2((blocks - blocks.mean(dim=(-2, -1), keepdim=True)) * window)
     cross = spectra[1:] * spectra[:-1].conj()
     ky = torch.fft.fftfreq(bh, device=luma.device)[:, None]

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from gpu.turns import GpuTurns
 
 
-@per_process(key=lambda settings: (settings.vram_budget_gb, settings.video_backend, settings.comfyui_url, settings.gpu_device))
+@per_process(
+    key=lambda settings: (settings.vram_budget_gb, settings.video_backend, settings.comfyui_url, settings.gpu_device)
+)
 def residency(settings: Settings) -> Residency:
     """The process's model residency manager, made on first use.
 
@@ -33,9 +35,7 @@ def residency(settings: Settings) -> Residency:
     from gpu.residency import Residency, budget_of, worker_device
 
     device = worker_device(settings.gpu_device)
-    return Residency(
-        budget_bytes=budget_of(settings, device), device=device, on_before_load=_before_load(settings)
-    )
+    return Residency(budget_bytes=budget_of(settings, device), device=device, on_before_load=_before_load(settings))
 
 
 @per_process(key=lambda settings: settings.priority_head_start_seconds)

@@ -44,13 +44,22 @@ class VideoBackend(Protocol):
     that renders in this process ignores it.
     """
 
-    name: str
-    #: True when the render runs in this process on its GPU (the task takes a GPU turn for it); False when
-    #: a render server owns the GPU and queues renders itself (the task only waits on it).
-    uses_this_gpu: bool
-    #: How long the last render ran, by the render server's own record (None: the caller's clock is right,
-    #: the render ran in this process from call to return). A queued render waits before it runs.
-    last_run_seconds: float | None
+    # read-only here: the implementations are frozen dataclasses or set these themselves
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uses_this_gpu(self) -> bool:
+        """True when the render runs in this process on its GPU (the task takes a GPU turn for it); False when
+        a render server owns the GPU and queues renders itself (the task only waits on it)."""
+        ...
+
+    @property
+    def last_run_seconds(self) -> float | None:
+        """How long the last render ran, by the render server's own record (None: the caller's clock is right,
+        the render ran in this process from call to return). A queued render waits before it runs."""
+        ...
 
     def __call__(
         self,
@@ -67,7 +76,8 @@ class VideoBackend(Protocol):
 
 
 class Grader(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def __call__(
         self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER

@@ -60,7 +60,7 @@ class PreferenceModel(nn.Module):
     adapter disabled is the DPO reference, so one resident model gives both terms of the reward.
     """
 
-    def __init__(self, *, model: nn.Module, tokenizer: Any, beta: float, max_length: int) -> None:
+    def __init__(self, *, model: Any, tokenizer: Any, beta: float, max_length: int) -> None:
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
@@ -68,7 +68,7 @@ class PreferenceModel(nn.Module):
         self.max_length = max_length
 
     @classmethod
-    def load(cls, *, base: Path, adapter: Path) -> "PreferenceModel":
+    def load(cls, *, base: Path, adapter: Path) -> PreferenceModel:
         """Load `base` and the adapter saved in `adapter`, on the CPU (the caller places it), in float32: the
         rewards are small differences of summed log-probabilities, which bf16 rounding would swamp."""
         from peft import PeftModel
@@ -144,8 +144,11 @@ def promoted_adapter(settings: Settings, *, base: Path) -> PromotedAdapter | Non
     with session_scope(settings) as session:
         row = session.execute(
             sa.select(TrainedAdapter)
-            .where(TrainedAdapter.promoted.is_(True), TrainedAdapter.base_model == str(base.resolve()),
-                   TrainedAdapter.user_name == settings.user)
+            .where(
+                TrainedAdapter.promoted.is_(True),
+                TrainedAdapter.base_model == str(base.resolve()),
+                TrainedAdapter.user_name == settings.user,
+            )
             .order_by(TrainedAdapter.version.desc())
             .limit(1)
         ).scalar_one_or_none()

@@ -42,8 +42,16 @@ class PreviewRenderer:
     seconds: float = 0.0  # simulated render time, spread over the frames (a fixed-duration generator)
 
     def __call__(
-        self, *, prompt: str, negative_prompt: str, seed: int, output: Path, render_id: str,
-        progress: Progress | None = None, should_stop: Callable[[], bool] | None = None, order: float | None = None,
+        self,
+        *,
+        prompt: str,
+        negative_prompt: str,
+        seed: int,
+        output: Path,
+        render_id: str,
+        progress: Progress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        order: float | None = None,
     ) -> Path:
         """Render `prompt` to `output` (written to a temporary name next to it, then renamed: never half a
         file). `render_id` is not needed: a render in process ends with its worker, so there is no earlier
@@ -65,9 +73,13 @@ class PreviewRenderer:
         os.close(fd)
         try:
             writer = imageio_ffmpeg.write_frames(
-                partial, (self.width, self.height), fps=self.fps, codec="libx264",
+                partial,
+                (self.width, self.height),
+                fps=self.fps,
+                codec="libx264",
                 output_params=["-metadata", "comment=mas preview render (offline stand-in, not a video model)"],
-                macro_block_size=16, ffmpeg_log_level="error",
+                macro_block_size=16,
+                ffmpeg_log_level="error",
             )
             writer.send(None)
             try:
@@ -125,4 +137,3 @@ class PreviewGrader:
         total = float(np.mean(list(scores.values())))
         scores["total"] = round(total, 4)
         return scores, to_grade(total)
-

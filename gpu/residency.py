@@ -118,9 +118,7 @@ class Residency:
         self._parked: dict[str, _Entry] = {}
         self._loads = self._swaps = self._evictions = self._drops = self._hits = 0
 
-    def get(
-        self, key: str, *, loader: Callable[[], M], size_bytes: int | None = None, offloaded: bool = False
-    ) -> M:
+    def get(self, key: str, *, loader: Callable[[], M], size_bytes: int | None = None, offloaded: bool = False) -> M:
         """The model stored under `key`, on the device; `loader()` builds it (on any device) on first need.
 
         `size_bytes` is what the model takes on the device; measured from its parameters and buffers when

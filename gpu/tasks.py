@@ -35,13 +35,13 @@ from gpu.factory import gpu_turns, grader, residency, video_backend
 from gpu.interfaces import RenderStopped
 from gpu.turns import Turn, rank
 from mas import names
-from mas.pipeline import states
-from mas.runtime.clients import redis_client
 from mas.db import session_scope
 from mas.errors import RetryableError
 from mas.models import Attempt, Video, VideoState
+from mas.pipeline import states
 from mas.pipeline.runner import Outcome, StepRun, priority_of, step_task
 from mas.pipeline.steps import BY_NAME
+from mas.runtime.clients import redis_client
 from mas.video import VideoUnreadable, check_video
 
 S = VideoState
@@ -54,7 +54,9 @@ def regrade(self, video_id: int) -> dict:
     from gpu.dqa import regrade as dqa_regrade
 
     settings = self.app.settings
-    with gpu_turns(settings).turn(what=f"regrade of video {video_id}", priority="high", limit_seconds=settings.regrade_max_seconds):
+    with gpu_turns(settings).turn(
+        what=f"regrade of video {video_id}", priority="high", limit_seconds=settings.regrade_max_seconds
+    ):
         return asdict(dqa_regrade(settings, video_id, residency=residency(settings)))
 
 
@@ -69,8 +71,12 @@ def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
     settings = self.app.settings
     reports = []
     for name in [user] if user else users_with_picks(settings):
-        turn = partial(gpu_turns(settings).turn, what=f"DPO training for {name}", priority=priority_of(self),
-                       limit_seconds=settings.tune_max_seconds)
+        turn = partial(
+            gpu_turns(settings).turn,
+            what=f"DPO training for {name}",
+            priority=priority_of(self),
+            limit_seconds=settings.tune_max_seconds,
+        )
         report = run_tuner(settings.for_user(name), dry_run=dry_run, gpu_turn=turn)
         log.info("tune %s: %s%s", name, report.taste.reason + " " if report.taste else "", report.reason)
         reports.append(asdict(report))
@@ -138,15 +144,21 @@ class Render:
         row = states.attempt_row(session, video.id, run.attempt)
         # stored before the render starts: a render started again after a crash finds the same job
         row.render_id = row.render_id or str(uuid.uuid4())
-        return RenderJob(prompt=row.prompt, negative_prompt=row.negative_prompt, seed=row.seed,
-                         render_id=row.render_id, target=output_path(run.settings, video, run.attempt))
+        return RenderJob(
+            prompt=row.prompt,
+            negative_prompt=row.negative_prompt,
+            seed=row.seed,
+            render_id=row.render_id,
+            target=output_path(run.settings, video, run.attempt),
+        )
 
     def work(self, run: StepRun, job: RenderJob) -> Rendered:
         settings, target = run.settings, job.target
 
         def progress(done: int, total: int) -> None:
-            run.task.update_state(state="PROGRESS", meta={
-                **run.payload.to_json(), "step": run.step.name, "done": done, "total": total})
+            run.task.update_state(
+                state="PROGRESS", meta={**run.payload.to_json(), "step": run.step.name, "done": done, "total": total}
+            )
 
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = target.with_name(f"{target.stem}.{run.lease.key}.partial.mp4")  # unique per run: never shared
@@ -156,11 +168,19 @@ class Render:
         started = time.monotonic()
         turn: Turn | None = None
         try:
-            render = partial(backend, prompt=job.prompt, negative_prompt=job.negative_prompt, seed=job.seed,
-                             output=scratch, render_id=job.render_id, progress=progress)
+            render = partial(
+                backend,
+                prompt=job.prompt,
+                negative_prompt=job.negative_prompt,
+                seed=job.seed,
+                output=scratch,
+                render_id=job.render_id,
+                progress=progress,
+            )
             if backend.uses_this_gpu:
-                with gpu_turns(settings).turn(what=what, priority=run.priority,
-                                              limit_seconds=settings.max_render_seconds) as turn:
+                with gpu_turns(settings).turn(
+                    what=what, priority=run.priority, limit_seconds=settings.max_render_seconds
+                ) as turn:
                     started = time.monotonic()
                     path = render(should_stop=lambda: turn.expired() or cancelled())
             else:  # the render server's queue is the line: this prompt waits there behind the running one
@@ -170,13 +190,16 @@ class Render:
             os.replace(path, target)
         except RenderStopped:
             if turn is not None and turn.expired():
-                raise RenderTimedOut(f"the {what} ran past MAS_MAX_RENDER_SECONDS ({settings.max_render_seconds} s) "
-                                     "and was stopped") from None
+                raise RenderTimedOut(
+                    f"the {what} ran past MAS_MAX_RENDER_SECONDS ({settings.max_render_seconds} s) and was stopped"
+                ) from None
             log.info("%s stopped: the video was cancelled", what)
             raise Ignore() from None
         except VideoUnreadable as exc:
             _forget_render(settings, run.video_id, run.attempt)  # the next try renders anew, not this file
-            raise RenderUnplayable(f"the {settings.video_backend} backend wrote a file that does not play: {exc}") from exc
+            raise RenderUnplayable(
+                f"the {settings.video_backend} backend wrote a file that does not play: {exc}"
+            ) from exc
         finally:
             scratch.unlink(missing_ok=True)
         seconds = backend.last_run_seconds or time.monotonic() - started  # a queued render: its server's record
@@ -184,7 +207,11 @@ class Render:
 
     def record(self, run: StepRun, session: Session, video: Video, rendered: Rendered) -> Outcome:
         row = states.attempt_row(session, video.id, run.attempt)
-        row.output_path, row.render_seconds, row.backend = str(rendered.path), rendered.seconds, run.settings.video_backend
+        row.output_path, row.render_seconds, row.backend = (
+            str(rendered.path),
+            rendered.seconds,
+            run.settings.video_backend,
+        )
         return Outcome(state=S.grading)
 
 
@@ -234,16 +261,19 @@ class Grade:
 
     def prepare(self, run: StepRun, session: Session, video: Video) -> GradingJob:
         row = states.attempt_row(session, video.id, run.attempt)
-        return GradingJob(path=Path(row.output_path or ""), prompt=row.prompt, concept=video.concept,
-                          user=video.batch.user_name)
+        return GradingJob(
+            path=Path(row.output_path or ""), prompt=row.prompt, concept=video.concept, user=video.batch.user_name
+        )
 
     def work(self, run: StepRun, job: GradingJob) -> Grading:
         what = f"grading of video {run.video_id} attempt {run.attempt}"
         try:
-            with gpu_turns(run.settings).turn(what=what, priority=run.priority,
-                                              limit_seconds=run.settings.max_render_seconds):
-                scores, grade = grader(run.settings)(video=job.path, prompt=job.prompt, concept=job.concept,
-                                                     user=job.user)
+            with gpu_turns(run.settings).turn(
+                what=what, priority=run.priority, limit_seconds=run.settings.max_render_seconds
+            ):
+                scores, grade = grader(run.settings)(
+                    video=job.path, prompt=job.prompt, concept=job.concept, user=job.user
+                )
         except VideoUnreadable as exc:  # a broken render is graded F, so review renders it again
             return Grading(scores={"total": 0.0}, grade="F", reasons=[str(exc)])
         return Grading(scores=scores, grade=grade, reasons=[])

@@ -9,7 +9,7 @@ are there, plain peft + trl otherwise. DPO makes the adapter a reward model for 
 is the `preference` axis of DQA.
 
 Everything is per user (`settings.user`): their picks, their adapters, their pairwise taste. A tune first
-fits the user's pairwise taste (`mas.taste_promotion`, a fraction of a second on the CPU, no GPU turn), then,
+fits the user's pairwise taste (`mas.learning.promotion`, a fraction of a second on the CPU, no GPU turn), then,
 when a base model is configured, trains a DPO adapter inside a GPU turn. Each trained adapter gets the next
 version in `trained_adapters`. It is promoted only if it predicts held-out choices at least as well as the
 user's promoted adapter does on the same choices (the first one: at least as well as a coin flip). Held-out
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 import torch
@@ -50,8 +50,8 @@ from gpu.preference_model import (
 from mas import locks, names
 from mas.config import Settings
 from mas.db import ready_engine, session_scope
+from mas.learning.promotion import TasteReport, tune_taste
 from mas.models import ABSelection, TrainedAdapter
-from mas.taste_promotion import TasteReport, tune_taste
 
 HELDOUT_EVERY = 4
 """Every 4th pick of a user is held out to judge DPO adapters."""
@@ -68,8 +68,10 @@ class TunerConfig:
 
     beta: float = field(
         default=0.1,
-        metadata={"help": "DPO β: higher keeps the adapter closer to the base model. Also scales the implicit "
-                  "reward the preference axis is computed from."},
+        metadata={
+            "help": "DPO β: higher keeps the adapter closer to the base model. Also scales the implicit "
+            "reward the preference axis is computed from."
+        },
     )
     learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate of the LoRA weights."})
     epochs: float = field(default=3.0, metadata={"help": "Passes over the training pairs."})
@@ -134,6 +136,16 @@ class TuneReport:
     current_version: int | None = None
     current_accuracy: float | None = None
     seconds: float = 0.0
+
+
+class _Counts(TypedDict):
+    """The pair counts every TuneReport carries."""
+
+    user: str
+    pairs: int
+    train_pairs: int
+    heldout_pairs: int
+    needed_pairs: int
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -212,16 +224,25 @@ def train_adapter(*, base: Path, pairs: Sequence[PreferencePair], output: Path, 
             disable_tqdm=True,
         )
         trainer = DPOTrainer(
-            model=model, args=args, train_dataset=Dataset.from_list(dpo_rows(pairs)),
-            processing_class=tokenizer, peft_config=peft_config,
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(dpo_rows(pairs)),
+            processing_class=tokenizer,
+            peft_config=peft_config,
         )
         trainer.remove_callback(PrinterCallback)  # the TuneReport is the output; keep worker logs readable
         result = trainer.train()
         partial = output.with_name(output.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        trainer.model.save_pretrained(partial)
-        meta = {"beta": config.beta, "max_length": config.max_length, "template": PROMPT_TEMPLATE,
-                "base_model": str(base.resolve()), "backend": backend}
+        # trl's peft model, which transformers types as any nn.Module (or None)
+        trainer.model.save_pretrained(partial)  # type: ignore[union-attr, operator]
+        meta = {
+            "beta": config.beta,
+            "max_length": config.max_length,
+            "template": PROMPT_TEMPLATE,
+            "base_model": str(base.resolve()),
+            "backend": backend,
+        }
         (partial / METADATA_FILE).write_text(json.dumps(meta, indent=2))
         os.replace(partial, output)
         logged = [row for row in trainer.state.log_history if "rewards/accuracies" in row]
@@ -248,12 +269,19 @@ def _trainable(base: Path, config: TunerConfig) -> tuple[Any, Any, Any, str]:
         if patch is not None:
             patch()
         model, tokenizer = FastLanguageModel.from_pretrained(
-            model_name=str(base), max_seq_length=config.max_length, dtype=None,
-            load_in_4bit=config.load_in_4bit, local_files_only=True,
+            model_name=str(base),
+            max_seq_length=config.max_length,
+            dtype=None,
+            load_in_4bit=config.load_in_4bit,
+            local_files_only=True,
         )
         targets = UNSLOTH_TARGET_MODULES if config.target_modules == "all-linear" else list(config.target_modules)
         model = FastLanguageModel.get_peft_model(
-            model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules=list(targets),
+            model,
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=0.0,
+            target_modules=list(targets),
             use_gradient_checkpointing="unsloth" if config.gradient_checkpointing else False,
             random_state=config.seed,
         )
@@ -265,10 +293,13 @@ def _trainable(base: Path, config: TunerConfig) -> tuple[Any, Any, Any, str]:
     torch.manual_seed(config.seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
-    targets = config.target_modules if isinstance(config.target_modules, str) else list(config.target_modules)
+    modules = config.target_modules if isinstance(config.target_modules, str) else list(config.target_modules)
     lora = LoraConfig(
-        r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-        target_modules=targets, task_type="CAUSAL_LM",
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=modules,
+        task_type="CAUSAL_LM",
     )
     return model, tokenizer, lora, "peft"
 
@@ -283,7 +314,10 @@ def _release() -> None:
 
 
 def tune(
-    settings: Settings, *, dry_run: bool = False, config: TunerConfig | None = None,
+    settings: Settings,
+    *,
+    dry_run: bool = False,
+    config: TunerConfig | None = None,
     gpu_turn: Callable[[], AbstractContextManager] = nullcontext,
 ) -> TuneReport:
     """Fit `settings.user`'s pairwise taste and, when a base model is configured, train a DPO adapter on their
@@ -296,8 +330,13 @@ def tune(
     started = time.monotonic()
     pairs = load_pairs(settings)
     train, heldout = split_heldout(pairs, every=config.heldout_every)
-    counts = {"user": settings.user, "pairs": len(pairs), "train_pairs": len(train), "heldout_pairs": len(heldout),
-              "needed_pairs": settings.min_preference_pairs}
+    counts: _Counts = {
+        "user": settings.user,
+        "pairs": len(pairs),
+        "train_pairs": len(train),
+        "heldout_pairs": len(heldout),
+        "needed_pairs": settings.min_preference_pairs,
+    }
     if len(pairs) < settings.min_preference_pairs or not train or not heldout:
         reason = (
             f"{settings.user}: {len(pairs)} preference pairs from A/B choices; {settings.min_preference_pairs} needed "
@@ -317,28 +356,47 @@ def tune(
             current = None
         else:
             current, _ = _current(settings, base=base)
-            would = (f"train DPO on {len(train)} pairs with {backend} and judge it on {len(heldout)} held-out "
-                     f"pairs against {'v' + str(current.version) if current else 'no adapter yet'}")
-        reason = (f"dry run: would train on {len(train)} pairs (the pairwise taste, then {would}). "
-                  "Nothing was trained.")
-        return TuneReport(taste=None, trained=False, promoted=False, reason=reason,
-                          current_version=current and current.version, **counts)
+            would = (
+                f"train DPO on {len(train)} pairs with {backend} and judge it on {len(heldout)} held-out "
+                f"pairs against {'v' + str(current.version) if current else 'no adapter yet'}"
+            )
+        reason = f"dry run: would train on {len(train)} pairs (the pairwise taste, then {would}). Nothing was trained."
+        return TuneReport(
+            taste=None,
+            trained=False,
+            promoted=False,
+            reason=reason,
+            current_version=current.version if current else None,
+            **counts,
+        )
     # one tune at a time: the nightly beat job and a manual `mas tune` may meet
     busy = "another `mas tune` is training right now; wait for it to finish and run it again"
     with locks.held_or_busy(ready_engine(settings), names.TUNE_LOCK, busy=busy):
         taste = tune_taste(settings)
         if base is None:
-            reason = ("no DPO adapter: MAS_PREFERENCE_BASE_MODEL_PATH names no base model, so the preference axis "
-                      "stays out of grading and the pairwise taste serves alone.")
-            return TuneReport(taste=taste, trained=False, promoted=False, reason=reason,
-                              seconds=round(time.monotonic() - started, 2), **counts)
+            reason = (
+                "no DPO adapter: MAS_PREFERENCE_BASE_MODEL_PATH names no base model, so the preference axis "
+                "stays out of grading and the pairwise taste serves alone."
+            )
+            return TuneReport(
+                taste=taste,
+                trained=False,
+                promoted=False,
+                reason=reason,
+                seconds=round(time.monotonic() - started, 2),
+                **counts,
+            )
         with gpu_turn():
             adapter = _train_and_judge(settings, base=base, train=train, heldout=heldout, config=config)
     return TuneReport(taste=taste, seconds=round(time.monotonic() - started, 2), **adapter, **counts)
 
 
 def _train_and_judge(
-    settings: Settings, *, base: Path, train: Sequence[PreferencePair], heldout: Sequence[PreferencePair],
+    settings: Settings,
+    *,
+    base: Path,
+    train: Sequence[PreferencePair],
+    heldout: Sequence[PreferencePair],
     config: TunerConfig,
 ) -> dict[str, Any]:
     """Train the next DPO adapter of `settings.user`, judge it and the promoted one on `heldout`, store it."""
@@ -354,12 +412,23 @@ def _train_and_judge(
         current_accuracy = _heldout_accuracy(base=base, adapter=current.path, heldout=heldout)
     promoted = accuracy >= (config.min_accuracy if current_accuracy is None else current_accuracy)
     with session_scope(settings) as session:
-        session.add(TrainedAdapter(
-            version=version, path=str(output), base_model=str(base.resolve()), pairs_used=len(train),
-            heldout_accuracy=accuracy, promoted=promoted, user_name=settings.user,
-            metrics={**metrics, "heldout_pairs": len(heldout), "current_version": current and current.version,
-                     "current_accuracy": current_accuracy},
-        ))
+        session.add(
+            TrainedAdapter(
+                version=version,
+                path=str(output),
+                base_model=str(base.resolve()),
+                pairs_used=len(train),
+                heldout_accuracy=accuracy,
+                promoted=promoted,
+                user_name=settings.user,
+                metrics={
+                    **metrics,
+                    "heldout_pairs": len(heldout),
+                    "current_version": current and current.version,
+                    "current_accuracy": current_accuracy,
+                },
+            )
+        )
     if current is not None:
         against = f"v{current.version} scores {current_accuracy:.2f}"
     else:
@@ -367,9 +436,17 @@ def _train_and_judge(
         against = f"{missing}, so it needed {config.min_accuracy:.2f}"
     verdict = "promoted" if promoted else "kept on file, not promoted"
     reason = f"DPO adapter v{version} {verdict}: held-out accuracy {accuracy:.2f} on {len(heldout)} pairs; {against}."
-    return {"trained": True, "promoted": promoted, "reason": reason, "version": version, "path": str(output),
-            "backend": metrics["backend"], "heldout_accuracy": accuracy,
-            "current_version": current and current.version, "current_accuracy": current_accuracy}
+    return {
+        "trained": True,
+        "promoted": promoted,
+        "reason": reason,
+        "version": version,
+        "path": str(output),
+        "backend": metrics["backend"],
+        "heldout_accuracy": accuracy,
+        "current_version": current and current.version,
+        "current_accuracy": current_accuracy,
+    }
 
 
 def _current(settings: Settings, *, base: Path) -> tuple[PromotedAdapter | None, bool]:
@@ -395,4 +472,5 @@ def _heldout_accuracy(*, base: Path, adapter: Path, heldout: Sequence[Preference
 
 def _next_version(settings: Settings) -> int:
     with session_scope(settings) as session:
-        return int(session.scalar(sa.select(sa.func.coalesce(sa.func.max(TrainedAdapter.version), 0)))) + 1
+        latest = session.execute(sa.select(sa.func.coalesce(sa.func.max(TrainedAdapter.version), 0))).scalar_one()
+        return int(latest) + 1

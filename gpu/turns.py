@@ -76,7 +76,10 @@ class GpuTurns:
     """One process's turns on its GPU. Thread-safe; one per process (`gpu.factory.gpu_turns`)."""
 
     def __init__(
-        self, *, head_start_seconds: float, grace_seconds: float = GRACE_SECONDS,
+        self,
+        *,
+        head_start_seconds: float,
+        grace_seconds: float = GRACE_SECONDS,
         on_stuck: Callable[[], None] = exit_worker,
     ) -> None:
         self.head_start_seconds = head_start_seconds
@@ -134,7 +137,9 @@ class GpuTurns:
             if holder is not None and time.monotonic() > holder.deadline + self.grace_seconds:
                 log.critical(
                     "%s held the GPU %.0f s past its %.0f s limit and does not stop: ending the worker "
-                    "(its tasks are redelivered)", holder.what, time.monotonic() - holder.deadline,
+                    "(its tasks are redelivered)",
+                    holder.what,
+                    time.monotonic() - holder.deadline,
                     holder.limit_seconds,
                 )
                 self.on_stuck()

@@ -35,7 +35,9 @@ def _split(url: str):
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises for a port that is not 0-65535)
     except ValueError:
-        raise ValueError(f"cannot read the URL {redact_url(url)!r} (a bad port, or brackets that do not close)") from None
+        raise ValueError(
+            f"cannot read the URL {redact_url(url)!r} (a bad port, or brackets that do not close)"
+        ) from None
     return parts
 
 
@@ -55,8 +57,9 @@ class Settings(BaseSettings):
     # hide_input_in_errors: a refused value may be a URL holding a password; errors name the setting only.
     # enable_decoding=False: JSON values are parsed by `_parse_json`, so a value that does not parse is a
     # validation error of its field, named as its MAS_ variable like any other
-    model_config = SettingsConfigDict(env_prefix="MAS_", env_file=".env", extra="ignore", hide_input_in_errors=True,
-                                      enable_decoding=False)
+    model_config = SettingsConfigDict(
+        env_prefix="MAS_", env_file=".env", extra="ignore", hide_input_in_errors=True, enable_decoding=False
+    )
 
     # --- where things live -------------------------------------------------------------------
     data_dir: Path = Field(
@@ -75,9 +78,7 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(
         default=None, description="Redis broker URL. Unset: an embedded Redis on a unix socket."
     )
-    result_backend: str | None = Field(
-        default=None, description="Celery result backend URL (default: the broker)."
-    )
+    result_backend: str | None = Field(default=None, description="Celery result backend URL (default: the broker).")
 
     # --- backends ------------------------------------------------------------------------------
     agent_backend: Literal["offline", "letta", "llm"] = Field(
@@ -88,9 +89,7 @@ class Settings(BaseSettings):
     video_backend: Literal["preview", "comfyui", "diffusers"] = Field(
         default="preview", description="What renders videos on the gpu queue."
     )
-    grader: Literal["preview", "dqa"] = Field(
-        default="preview", description="What grades videos on the gpu queue."
-    )
+    grader: Literal["preview", "dqa"] = Field(default="preview", description="What grades videos on the gpu queue.")
 
     # --- video generation -------------------------------------------------------------------------
     video_width: int = Field(default=768, gt=0, le=8192, description="Rendered width in pixels (multiple of 32).")
@@ -145,7 +144,8 @@ class Settings(BaseSettings):
         default=8, gt=0, description="A/B pairs a user needs before the Tuner fits their taste (pairwise and DPO)."
     )
     user: str = Field(
-        default="default", pattern=USER_PATTERN,
+        default="default",
+        pattern=USER_PATTERN,
         description="Whose taste the commands read and teach (`--user`): each user has their own style, A/B "
         "picks and preference models; the other blocks are the studio's, shared.",
     )
@@ -172,29 +172,42 @@ class Settings(BaseSettings):
         "auto: the first of json_schema, tools, prompt that the endpoint accepts.",
     )
     llm_timeout_seconds: float = Field(
-        default=120.0, gt=0, le=86_400, description="Longest one chat request may take (a reply that never ends is cut)."
+        default=120.0,
+        gt=0,
+        le=86_400,
+        description="Longest one chat request may take (a reply that never ends is cut).",
     )
     llm_max_tokens: int = Field(default=1024, gt=0, le=1_000_000, description="Most tokens one reply may have.")
     llm_temperature: float = Field(default=0.4, ge=0, le=2, description="Sampling temperature of replies.")
     llm_reply_retries: int = Field(
-        default=2, ge=0, le=20,
+        default=2,
+        ge=0,
+        le=20,
         description="Times a malformed reply is asked again, with the validation error shown to the model.",
     )
     llm_context_chars: int = Field(
-        default=12000, gt=1000, le=10_000_000,
+        default=12000,
+        gt=1000,
+        le=10_000_000,
         description="Most characters of recalled messages (running summary included) sent with a call.",
     )
     writer_candidates: int = Field(
-        default=1, ge=1, le=8,
+        default=1,
+        ge=1,
+        le=8,
         description="Prompts the llm Writer proposes per attempt; above 1 the user's taste picks one.",
     )
     ab_proposals: int = Field(
-        default=3, ge=1, le=8,
+        default=3,
+        ge=1,
+        le=8,
         description="Variations the Director proposes per variation an A/B test shows (at most 26 in all); the "
         "studio shows those whose pick teaches the user's taste the most (`mas.learning.ab_design`). 1: the Director's own.",
     )
     ab_explore: int = Field(
-        default=1, ge=0, le=24,
+        default=1,
+        ge=0,
+        le=24,
         description="Of the variations an A/B test shows, how many are drawn at random among the other proposals "
         "(the design always chooses at least two). The design is optimal for what the taste can already say; "
         "picks among sets it would not show are how the studio learns a taste its model misses. 0: none.",
@@ -277,13 +290,17 @@ class Settings(BaseSettings):
         default=2, ge=0, le=100, description="Retries of a failed render or grade before the video is skipped."
     )
     agent_retries: int = Field(
-        default=5, ge=0, le=100, description="Retries of an agent step that failed transiently (server away, reply unreadable)."
+        default=5,
+        ge=0,
+        le=100,
+        description="Retries of an agent step that failed transiently (server away, reply unreadable).",
     )
     agent_retry_backoff_max_seconds: int = Field(
         default=60, gt=0, description="Longest wait between two retries of an agent step (backoff doubles up to it)."
     )
     peer_wait_seconds: int = Field(
-        default=6 * 3600, gt=0,
+        default=6 * 3600,
+        gt=0,
         description="How long an agent step waits for its server (LLM, Letta) to come back before failing.",
     )
     reconcile_every_seconds: float = Field(
@@ -306,7 +323,9 @@ class Settings(BaseSettings):
     min_acceptable_grade: Literal["A", "B", "C", "D", "F"] = Field(
         default="B", description="Default quality_standards.MIN_ACCEPTABLE_GRADE."
     )
-    max_retries: int = Field(default=3, ge=1, le=20, description="Default quality_standards.MAX_RETRIES (at most the block's own cap, 20).")
+    max_retries: int = Field(
+        default=3, ge=1, le=20, description="Default quality_standards.MAX_RETRIES (at most the block's own cap, 20)."
+    )
 
     # --- memory --------------------------------------------------------------------------------
     core_block_max_chars: int = Field(
@@ -382,7 +401,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _check_timeouts(self) -> "Settings":
+    def _check_timeouts(self) -> Settings:
         held = (1 + self.gpu_lookahead) * self.max_render_seconds
         if self.visibility_timeout_seconds <= held:
             raise ValueError(
@@ -397,7 +416,7 @@ class Settings(BaseSettings):
         return self
 
     # --- derived paths -------------------------------------------------------------------------
-    def for_user(self, user: str) -> "Settings":
+    def for_user(self, user: str) -> Settings:
         """These settings for `user` (a command's `--user`, the user a batch was made for)."""
         if not re.fullmatch(USER_PATTERN, user):
             raise InvalidInput(f"user name {user!r}: use letters, digits, '_', '.' or '-', at most 40 characters")

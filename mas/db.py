@@ -6,9 +6,10 @@ PostgreSQL advisory lock so several workers starting at once migrate exactly onc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, cast
+from typing import cast
 
 import sqlalchemy as sa
 from alembic import command
@@ -16,9 +17,9 @@ from alembic.config import Config
 from sqlalchemy.orm import Session, sessionmaker
 
 from mas import locks, names
-from mas.runtime import services
 from mas.config import Settings
 from mas.errors import PeerUnavailable
+from mas.runtime import services
 from mas.singletons import per_process
 
 

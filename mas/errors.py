@@ -45,4 +45,3 @@ class InvalidSettings(PermanentError):
 
 class PeerUnavailable(RetryableError, ConnectionError):
     """A server the studio talks to could not be reached, timed out or answered 5xx."""
-

@@ -175,4 +175,3 @@ def _unit(name: str, value: float) -> float:
     if not 0.0 <= value <= 1.0:  # NaN fails this too
         raise ValueError(f"score {name}={value} is outside [0, 1]")
     return value
-

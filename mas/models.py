@@ -85,9 +85,7 @@ class Batch(Base):
     kind: Mapped[str] = mapped_column(String(16), default="batch")  # batch | series | ab
     theme: Mapped[str] = mapped_column(Text, default="")
     total: Mapped[int] = mapped_column(Integer)
-    status: Mapped[BatchStatus] = mapped_column(
-        Enum(BatchStatus, name="batch_status"), default=BatchStatus.queued
-    )
+    status: Mapped[BatchStatus] = mapped_column(Enum(BatchStatus, name="batch_status"), default=BatchStatus.queued)
     series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id"))
     ab_test_id: Mapped[int | None] = mapped_column(ForeignKey("ab_tests.id"))
     options: Mapped[dict] = mapped_column(JSONB, default=dict)  # no longer written: the spec and priority say it
@@ -99,7 +97,7 @@ class Batch(Base):
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
 
-    videos: Mapped[list["Video"]] = relationship(back_populates="batch", order_by="Video.position")
+    videos: Mapped[list[Video]] = relationship(back_populates="batch", order_by="Video.position")
 
 
 class Video(Base):
@@ -123,7 +121,7 @@ class Video(Base):
     updated_at: Mapped[datetime] = _now_column()
 
     batch: Mapped[Batch] = relationship(back_populates="videos")
-    attempts: Mapped[list["Attempt"]] = relationship(back_populates="video", order_by="Attempt.number")
+    attempts: Mapped[list[Attempt]] = relationship(back_populates="video", order_by="Attempt.number")
 
 
 class Attempt(Base):
@@ -268,7 +266,7 @@ class ABTest(Base):
     expected_by: Mapped[str | None] = mapped_column(Text)  # which taste model, or why none
     created_at: Mapped[datetime] = _now_column()
 
-    variations: Mapped[list["ABVariation"]] = relationship(order_by="ABVariation.label")
+    variations: Mapped[list[ABVariation]] = relationship(order_by="ABVariation.label")
 
 
 class ABVariation(Base):

@@ -34,7 +34,7 @@ def redact_url(url: str | None) -> str | None:
 def _redact_rest(rest: str) -> str:
     at = rest.rfind("@")
     if at >= 0:
-        userinfo, rest = rest[:at], rest[at + 1:]
+        userinfo, rest = rest[:at], rest[at + 1 :]
         user, colon, _ = userinfo.partition(":")
         userinfo = f"{user}:{HIDDEN}" if colon else HIDDEN
         rest = f"{userinfo}@{rest}"

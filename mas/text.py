@@ -38,8 +38,10 @@ def check_utf8(text: str, what: str) -> None:
     if bad:
         code = ord(bad.group())
         byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-        raise InvalidInput(f"{what} is not valid UTF-8 text ({byte} at character {bad.start() + 1} is from "
-                           "another encoding); convert it to UTF-8")
+        raise InvalidInput(
+            f"{what} is not valid UTF-8 text ({byte} at character {bad.start() + 1} is from "
+            "another encoding); convert it to UTF-8"
+        )
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -61,8 +63,10 @@ def check_unicode(value: Any, what: str) -> None:
     for text in _strings(value):
         bad = SURROGATE.search(text)
         if bad:
-            raise InvalidInput(f"{what} contains a lone surrogate (U+{ord(bad.group()):04X}), which is not a "
-                               "valid Unicode character; remove it")
+            raise InvalidInput(
+                f"{what} contains a lone surrogate (U+{ord(bad.group()):04X}), which is not a "
+                "valid Unicode character; remove it"
+            )
 
 
 def check_storable(value: Any, what: str) -> None:

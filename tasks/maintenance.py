@@ -6,8 +6,8 @@ from dataclasses import asdict
 from celery import shared_task
 
 from mas import names
-from mas.pipeline import production
 from mas.memory import recall
+from mas.pipeline import production
 from tasks import recovery
 
 

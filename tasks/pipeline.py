@@ -15,18 +15,18 @@ from celery.exceptions import Ignore
 from sqlalchemy.orm import Session
 
 from mas import agents, names
-from mas.learning import ab_design
-from mas.pipeline import states
 from mas.agents.roles import Draft, Plan, PlannedVideo, Verdict, WriterBrief
-from mas.runtime.app import AgentTask, prioritized
 from mas.db import session_scope
+from mas.learning import ab_design
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
+from mas.pipeline import states
 from mas.pipeline.outcomes import KEEP, PENDING_SHOWN, fail_planning
+from mas.pipeline.production import batch_priority, request_of
 from mas.pipeline.runner import Outcome, StepRun, resume_point, step_task, video_chain
 from mas.pipeline.steps import BY_NAME, FIRST, StepPayload
-from mas.pipeline.production import batch_priority, request_of
+from mas.runtime.app import AgentTask, prioritized
 
 log = logging.getLogger(__name__)
 S = VideoState
@@ -59,8 +59,10 @@ def plan_batch(self, batch_id: int) -> dict:
             raise Ignore()  # planned by another delivery meanwhile, or cancelled
         if series_name is not None:
             _add_to_series(settings, session, batch, series_name, theme=request.theme, plan=plan)
-        videos = [Video(batch_id=batch.id, position=position, concept=planned.concept, label=planned.label)
-                  for position, planned in enumerate(plan.videos, start=1)]
+        videos = [
+            Video(batch_id=batch.id, position=position, concept=planned.concept, label=planned.label)
+            for position, planned in enumerate(plan.videos, start=1)
+        ]
         session.add_all(videos)
         session.flush()
         if request.kind == "ab":
@@ -68,17 +70,33 @@ def plan_batch(self, batch_id: int) -> dict:
         batch.status = BatchStatus.running
         priority = batch_priority(batch)
         video_ids = [v.id for v in videos]
-        blocks.update(settings, "production_queue", {
-            "QUEUE_STATUS": "active", "BATCH_ID": str(batch.id), "BATCH_TOTAL": len(video_ids),
-            "BATCH_COMPLETE": 0, "PENDING_VIDEOS": video_ids[:PENDING_SHOWN], "IN_PROGRESS": None,
-        }, actor="director", session=session)
-        blocks.update(settings, "session_state", lambda v: {
-            "LAST_ACTIVITY": blocks.now_iso(),
-            "IN_PROGRESS_PROJECT": f"batch {batch.id}: {batch.request}",
-            "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-KEEP:]
-            + [{"batch_id": batch.id, "request": batch.request}],
-            "QUEUED_VIDEOS": video_ids[:PENDING_SHOWN],
-        }, actor="director", session=session)
+        blocks.update(
+            settings,
+            "production_queue",
+            {
+                "QUEUE_STATUS": "active",
+                "BATCH_ID": str(batch.id),
+                "BATCH_TOTAL": len(video_ids),
+                "BATCH_COMPLETE": 0,
+                "PENDING_VIDEOS": video_ids[:PENDING_SHOWN],
+                "IN_PROGRESS": None,
+            },
+            actor="director",
+            session=session,
+        )
+        blocks.update(
+            settings,
+            "session_state",
+            lambda v: {
+                "LAST_ACTIVITY": blocks.now_iso(),
+                "IN_PROGRESS_PROJECT": f"batch {batch.id}: {batch.request}",
+                "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-KEEP:]
+                + [{"batch_id": batch.id, "request": batch.request}],
+                "QUEUED_VIDEOS": video_ids[:PENDING_SHOWN],
+            },
+            actor="director",
+            session=session,
+        )
     recall.append(settings, "director", role="assistant", content=f"planned batch {batch_id}: {len(video_ids)} videos")
     for video_id in video_ids:
         video_chain(self.app, StepPayload(video_id=video_id, attempt=1), start=FIRST, priority=priority).apply_async()
@@ -97,15 +115,26 @@ def _add_to_series(settings, session: Session, batch: Batch, name: str, *, theme
     series.elements = series.elements or plan.series_elements
     series.episodes_planned += len(plan.videos)
     batch.series_id = series.id
-    blocks.update(settings, "current_series", {
-        "ACTIVE_SERIES": series.name, "SERIES_THEME": series.theme, "SERIES_STYLE": series.style,
-        "EPISODES_PLANNED": series.episodes_planned, "EPISODES_COMPLETED": series.episodes_completed,
-        "SERIES_ELEMENTS": series.elements, "CONSISTENCY_RULES": series.consistency_rules,
-    }, actor="director", session=session)
+    blocks.update(
+        settings,
+        "current_series",
+        {
+            "ACTIVE_SERIES": series.name,
+            "SERIES_THEME": series.theme,
+            "SERIES_STYLE": series.style,
+            "EPISODES_PLANNED": series.episodes_planned,
+            "EPISODES_COMPLETED": series.episodes_completed,
+            "SERIES_ELEMENTS": series.elements,
+            "CONSISTENCY_RULES": series.consistency_rules,
+        },
+        actor="director",
+        session=session,
+    )
 
 
-def _start_ab_test(settings, session: Session, batch: Batch, concept: str, user: str,
-                   videos: list[tuple[Video, PlannedVideo]]) -> None:
+def _start_ab_test(
+    settings, session: Session, batch: Batch, concept: str, user: str, videos: list[tuple[Video, PlannedVideo]]
+) -> None:
     """The A/B test the batch's videos are the variations of, and the `ab_testing` block that shows it."""
     test = ABTest(concept=concept, user_name=user)
     session.add(test)
@@ -114,10 +143,18 @@ def _start_ab_test(settings, session: Session, batch: Batch, concept: str, user:
     for video, planned in videos:
         session.add(ABVariation(test_id=test.id, label=planned.label, approach=planned.approach, video_id=video.id))
     variations = [{"label": p.label, "video_id": v.id, "approach": p.approach} for v, p in videos]
-    blocks.update(settings, "ab_testing", {
-        "ACTIVE_TEST": str(test.id), "VARIATIONS": variations,
-        "VARIATION_A_ID": str(videos[0][0].id), "VARIATION_B_ID": str(videos[1][0].id),
-    }, actor="director", session=session)
+    blocks.update(
+        settings,
+        "ab_testing",
+        {
+            "ACTIVE_TEST": str(test.id),
+            "VARIATIONS": variations,
+            "VARIATION_A_ID": str(videos[0][0].id),
+            "VARIATION_B_ID": str(videos[1][0].id),
+        },
+        actor="director",
+        session=session,
+    )
 
 
 # --- write ------------------------------------------------------------------------------------------------
@@ -138,25 +175,44 @@ class Write:
 
     def prepare(self, run: StepRun, session: Session, video: Video) -> VideoFacts:
         approach = session.scalar(sa.select(ABVariation.approach).where(ABVariation.video_id == video.id)) or ""
-        previous = session.scalar(
-            sa.select(Attempt.failure_reasons).where(Attempt.video_id == video.id, Attempt.number == run.attempt - 1)
-        ) or []
-        return VideoFacts(concept=video.concept, in_series=video.batch.series_id is not None, approach=approach,
-                          previous_failures=list(previous))
+        previous = (
+            session.scalar(
+                sa.select(Attempt.failure_reasons).where(
+                    Attempt.video_id == video.id, Attempt.number == run.attempt - 1
+                )
+            )
+            or []
+        )
+        return VideoFacts(
+            concept=video.concept,
+            in_series=video.batch.series_id is not None,
+            approach=approach,
+            previous_failures=list(previous),
+        )
 
     def work(self, run: StepRun, facts: VideoFacts) -> Draft:
         return agents.backend(run.settings).writer.write(_brief(run.settings, facts, run.attempt))
 
     def record(self, run: StepRun, session: Session, video: Video, draft: Draft) -> Outcome:
-        session.add(Attempt(
-            video_id=video.id, number=run.attempt, prompt=draft.prompt, negative_prompt=draft.negative_prompt,
-            seed=draft.seed, backend=run.settings.video_backend,
-        ))
-        blocks.update(run.settings, "production_queue", {"IN_PROGRESS": str(video.id)}, actor="writer",
-                      session=session)
+        session.add(
+            Attempt(
+                video_id=video.id,
+                number=run.attempt,
+                prompt=draft.prompt,
+                negative_prompt=draft.negative_prompt,
+                seed=draft.seed,
+                backend=run.settings.video_backend,
+            )
+        )
+        blocks.update(run.settings, "production_queue", {"IN_PROGRESS": str(video.id)}, actor="writer", session=session)
+
         def remember() -> None:
-            recall.append(run.settings, "writer", role="assistant",
-                          content=f"video {video.id} attempt {run.attempt}: {draft.prompt}")
+            recall.append(
+                run.settings,
+                "writer",
+                role="assistant",
+                content=f"video {video.id} attempt {run.attempt}: {draft.prompt}",
+            )
 
         return Outcome(state=S.rendering, then=remember)
 
@@ -167,13 +223,21 @@ def _brief(settings, facts: VideoFacts, attempt: int) -> WriterBrief:
     series = blocks.read(settings, "current_series") if facts.in_series else {}
     ab = blocks.read(settings, "ab_testing")
     archive = ArchivalMemory(settings)  # the Writer's patterns come from here
-    successes = [r.metadata.get("prompt", r.text)
-                 for r in archive.search(facts.concept, tags=["success"], limit=ARCHIVAL_PATTERNS)]
+    successes = [
+        r.metadata.get("prompt", r.text)
+        for r in archive.search(facts.concept, tags=["success"], limit=ARCHIVAL_PATTERNS)
+    ]
     failures = [r.text for r in archive.search(facts.concept, tags=["failure"], limit=ARCHIVAL_PATTERNS)]
     return WriterBrief(
-        concept=facts.concept, attempt=attempt, user_style=style, series=series,
-        winning_patterns=list(ab["WINNING_PATTERNS"]), failure_patterns=list(quality["FAILURE_PATTERNS_TO_AVOID"]),
-        past_successes=successes, past_failures=failures, previous_failures=facts.previous_failures,
+        concept=facts.concept,
+        attempt=attempt,
+        user_style=style,
+        series=series,
+        winning_patterns=list(ab["WINNING_PATTERNS"]),
+        failure_patterns=list(quality["FAILURE_PATTERNS_TO_AVOID"]),
+        past_successes=successes,
+        past_failures=failures,
+        previous_failures=facts.previous_failures,
         approach=facts.approach,
     )
 
@@ -203,13 +267,24 @@ class Review:
 
     def prepare(self, run: StepRun, session: Session, video: Video) -> Graded:
         row = states.attempt_row(session, video.id, run.attempt)
-        return Graded(attempt_id=row.id, number=row.number, video_id=video.id, concept=video.concept,
-                      prompt=row.prompt, grade=row.grade or "F", scores=dict(row.scores), output_path=row.output_path)
+        return Graded(
+            attempt_id=row.id,
+            number=row.number,
+            video_id=video.id,
+            concept=video.concept,
+            prompt=row.prompt,
+            grade=row.grade or "F",
+            scores=dict(row.scores),
+            output_path=row.output_path,
+        )
 
     def work(self, run: StepRun, graded: Graded) -> Verdict:
         quality = blocks.read(run.settings, "quality_standards")
         verdict = agents.backend(run.settings).cameraman.review(
-            grade=graded.grade, scores=graded.scores, min_grade=quality["MIN_ACCEPTABLE_GRADE"], attempt=run.attempt,
+            grade=graded.grade,
+            scores=graded.scores,
+            min_grade=quality["MIN_ACCEPTABLE_GRADE"],
+            attempt=run.attempt,
             max_retries=quality["MAX_RETRIES"],
         )
         # archived before the video moves on, so a finished batch has every attempt in archival memory
@@ -222,21 +297,41 @@ class Review:
         row.failure_reasons = list(dict.fromkeys([*row.failure_reasons, *verdict.failure_reasons]))
         done = {"grade": row.grade, "score": row.scores.get("total"), "output_path": row.output_path}
         if verdict.failure_reasons:
-            blocks.update(settings, "quality_standards", lambda v: {
-                "FAILURE_PATTERNS_TO_AVOID":
-                    list(dict.fromkeys(v["FAILURE_PATTERNS_TO_AVOID"] + verdict.failure_reasons))[-KEEP:],
-                "REFINEMENT_STRATEGIES": list(dict.fromkeys(
-                    v["REFINEMENT_STRATEGIES"] + ([verdict.strategy] if verdict.strategy else [])))[-KEEP:],
-            }, actor="cameraman", session=session)
+            blocks.update(
+                settings,
+                "quality_standards",
+                lambda v: {
+                    "FAILURE_PATTERNS_TO_AVOID": list(
+                        dict.fromkeys(v["FAILURE_PATTERNS_TO_AVOID"] + verdict.failure_reasons)
+                    )[-KEEP:],
+                    "REFINEMENT_STRATEGIES": list(
+                        dict.fromkeys(v["REFINEMENT_STRATEGIES"] + ([verdict.strategy] if verdict.strategy else []))
+                    )[-KEEP:],
+                },
+                actor="cameraman",
+                session=session,
+            )
         if verdict.action == "accept" and attempt > 1:
             success = f"grade {row.grade} after {attempt} attempts: {row.prompt[:120]}"
-            blocks.update(settings, "quality_standards", lambda v: {
-                "SUCCESSFUL_PATTERNS": list(dict.fromkeys(v["SUCCESSFUL_PATTERNS"] + [success]))[-5:],
-            }, actor="cameraman", session=session)
+            blocks.update(
+                settings,
+                "quality_standards",
+                lambda v: {
+                    "SUCCESSFUL_PATTERNS": list(dict.fromkeys(v["SUCCESSFUL_PATTERNS"] + [success]))[-5:],
+                },
+                actor="cameraman",
+                session=session,
+            )
 
         def remember() -> None:
-            recall.append(settings, "cameraman", role="assistant", content=(
-                f"video {video.id} attempt {attempt}: grade {row.grade} -> {verdict.action} {verdict.failure_reasons}"))
+            recall.append(
+                settings,
+                "cameraman",
+                role="assistant",
+                content=(
+                    f"video {video.id} attempt {attempt}: grade {row.grade} -> {verdict.action} {verdict.failure_reasons}"
+                ),
+            )
 
         if verdict.action == "accept":
             return Outcome(state=S.accepted, values=done, then=remember)
@@ -266,8 +361,14 @@ def _archive_attempt(settings, graded: Graded, *, verdict: Verdict) -> None:
     text = f"{'accepted' if accepted else 'rejected'} grade {graded.grade}: {graded.concept}. prompt: {graded.prompt}"
     if verdict.failure_reasons:
         text += f". failures: {', '.join(verdict.failure_reasons)}"
-    meta = {"attempt_id": str(graded.attempt_id), "video_id": graded.video_id, "attempt": graded.number,
-            "grade": graded.grade, "prompt": graded.prompt, "scores": graded.scores}
+    meta = {
+        "attempt_id": str(graded.attempt_id),
+        "video_id": graded.video_id,
+        "attempt": graded.number,
+        "grade": graded.grade,
+        "prompt": graded.prompt,
+        "scores": graded.scores,
+    }
     ArchivalMemory(settings).insert(text, tags=tags, metadata=meta)
 
 
@@ -291,15 +392,26 @@ def consolidate(self) -> dict:
         finished = session.scalars(stmt.limit(200)).all()
         activity = []
         for v in finished:
-            prompt = session.scalar(sa.select(Attempt.prompt).where(Attempt.video_id == v.id, Attempt.number == v.attempt_count)) or ""
+            prompt = (
+                session.scalar(
+                    sa.select(Attempt.prompt).where(Attempt.video_id == v.id, Attempt.number == v.attempt_count)
+                )
+                or ""
+            )
             activity.append(f"{v.state.value}: video {v.id} grade {v.grade} after {v.attempt_count} attempts; {prompt}")
     for line in activity:
         recall.append(settings, "director_sleeptime", role="user", content=line[:500])
     result = crew.consolidator.consolidate(activity=activity)
     recall.append(settings, "director_sleeptime", role="assistant", content=result.summary)
-    blocks.update(settings, "session_state", {
-        "LAST_ACTIVITY": blocks.now_iso(), "LAST_SESSION_SUMMARY": result.summary,
-    }, actor="director_sleeptime")
+    blocks.update(
+        settings,
+        "session_state",
+        {
+            "LAST_ACTIVITY": blocks.now_iso(),
+            "LAST_SESSION_SUMMARY": result.summary,
+        },
+        actor="director_sleeptime",
+    )
     if result.learnings:
         ArchivalMemory(settings).insert_many(
             [NewPassage(text=text, tags=["learning"], metadata={"source": "sleeptime"}) for text in result.learnings]

@@ -14,21 +14,21 @@ import base64
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
 from mas import names
-from mas.pipeline import leases, states
-from mas.runtime.app import app_for, queue_keys
-from mas.runtime.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
 from mas.models import Batch, BatchStatus, Video
 from mas.names import Priority
+from mas.pipeline import leases, states
+from mas.pipeline.production import batch_priority, send_plan
 from mas.pipeline.runner import resume_point, video_chain
 from mas.pipeline.steps import BY_TASK, Step, StepPayload
-from mas.pipeline.production import batch_priority, send_plan
+from mas.runtime.app import app_for, queue_keys
+from mas.runtime.clients import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +84,15 @@ def _lost(settings: Settings, lost_before: datetime) -> Lost:
             sa.select(Batch).where(Batch.status == BatchStatus.queued, Batch.created_at <= lost_before)
         ).all()
         unfinished = session.scalars(
-            sa.select(Video).join(Batch).where(
-                Video.state.not_in(list(states.TERMINAL)), Batch.status == BatchStatus.running
-            )
+            sa.select(Video)
+            .join(Batch)
+            .where(Video.state.not_in(list(states.TERMINAL)), Batch.status == BatchStatus.running)
         ).all()
         resend = [
             (*resume_point(video), batch_priority(video.batch))
             for video in unfinished
-            if video.id not in live.videos and video.id not in alive
+            if video.id not in live.videos
+            and video.id not in alive
             and (video.id in dead or max(video.updated_at, last_step.get(video.id, video.updated_at)) <= lost_before)
         ]
         replan = [(b.id, batch_priority(b)) for b in queued if b.id not in live.batches]
@@ -124,7 +125,7 @@ def reconcile(settings: Settings, *, older_than: float) -> Report:
     batches are looked at: a paused, cancelled, failed or finished batch is left alone, and only queued
     batches are re-planned.
     """
-    lost_before = datetime.now(timezone.utc) - timedelta(seconds=older_than)
+    lost_before = datetime.now(UTC) - timedelta(seconds=older_than)
     replanned, resend = _lost(settings, lost_before)
     if replanned or resend:  # work in transit between a worker and a queue looks lost for a moment: look again
         again_batches, again_videos = _lost(settings, lost_before)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("mas", "tasks", "gpu")
-MAX_LINES = 400
+MAX_LINES = 500  # counted as ruff format lays the code out
 LONG_MODULES: dict[str, str] = {
     # module -> why it must stay one piece (see ARCHITECTURE.md)
     "mas.config": "the one typed settings object: every MAS_ variable with its description, bounds and "

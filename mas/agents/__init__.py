@@ -26,8 +26,8 @@ def backend(settings: Settings) -> Agents:
 
         return letta_agents(settings)
     if settings.agent_backend == "llm":
-        from mas.learning import promotion as taste_promotion
         from mas.agents.llm import llm_agents
+        from mas.learning import promotion as taste_promotion
 
         return llm_agents(settings, rank=taste_promotion.ranker(settings))
     raise InvalidSettings(f"unknown agent backend {settings.agent_backend!r}; use offline, letta or llm")

@@ -8,8 +8,9 @@ here once, so both backends behave the same way and are tested the same way.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -62,17 +63,23 @@ class AskingDirector:
             "series": f"kind series: episodes {episodes_done + 1} to {episodes_done + request.count} of "
             "one story; give the series style, consistency rules and recurring elements.",
         }.get(request.kind, "approach empty.")
-        reply = self._asker.ask(Question(
-            task="plan", payload={"request": request.to_json(), "episodes_done": episodes_done},
-            shape='{"videos": [{"concept": str, "approach": str}], "series_style": str, '
-            '"consistency_rules": [str], "series_elements": [str]}',
-            reply=PlanReply, rules=rules, context={"count": request.count},
-        ))
+        reply = self._asker.ask(
+            Question(
+                task="plan",
+                payload={"request": request.to_json(), "episodes_done": episodes_done},
+                shape='{"videos": [{"concept": str, "approach": str}], "series_style": str, '
+                '"consistency_rules": [str], "series_elements": [str]}',
+                reply=PlanReply,
+                rules=rules,
+                context={"count": request.count},
+            )
+        )
         assert isinstance(reply, PlanReply)
         return Plan(
             videos=[
                 PlannedVideo(  # the studio's labels, in order
-                    concept=v.concept, label=chr(ord("A") + i) if request.kind == "ab" else None,
+                    concept=v.concept,
+                    label=chr(ord("A") + i) if request.kind == "ab" else None,
                     approach=v.approach,
                 )
                 for i, v in enumerate(reply.videos)
@@ -83,13 +90,16 @@ class AskingDirector:
         )
 
     def read_style(self, feedback: str) -> StylePreferences:
-        reply = self._asker.ask(Question(
-            task="read_style", payload={"feedback": feedback},
-            shape='{"colors": str, "moods": str, "themes": str, "pacing": str, "disliked": [str]}',
-            reply=StyleReply,
-            rules="comma-separated words for colors, moods, themes and pacing, empty when not mentioned; "
-            "disliked: the opposite aesthetics the feedback rules out.",
-        ))
+        reply = self._asker.ask(
+            Question(
+                task="read_style",
+                payload={"feedback": feedback},
+                shape='{"colors": str, "moods": str, "themes": str, "pacing": str, "disliked": [str]}',
+                reply=StyleReply,
+                rules="comma-separated words for colors, moods, themes and pacing, empty when not mentioned; "
+                "disliked: the opposite aesthetics the feedback rules out.",
+            )
+        )
         assert isinstance(reply, StyleReply)
         return StylePreferences(**reply.model_dump())
 
@@ -114,18 +124,27 @@ class AskingWriter:
     def write(self, brief: WriterBrief) -> Draft:
         payload = {"brief": asdict(brief)}
         if self._candidates <= 1:
-            reply = self._asker.ask(Question(
-                task="write", payload=payload, shape='{"prompt": str, "negative_prompt": str}',
-                reply=DraftReply, rules=WRITE_RULES,
-            ))
+            reply = self._asker.ask(
+                Question(
+                    task="write",
+                    payload=payload,
+                    shape='{"prompt": str, "negative_prompt": str}',
+                    reply=DraftReply,
+                    rules=WRITE_RULES,
+                )
+            )
             assert isinstance(reply, DraftReply)
             return Draft(prompt=reply.prompt, negative_prompt=reply.negative_prompt, seed=draft_seed(brief))
-        reply = self._asker.ask(Question(
-            task="write", payload=payload,
-            shape='{"candidates": [{"prompt": str, "negative_prompt": str}]}',
-            reply=CandidatesReply, context={"count": self._candidates},
-            rules=f"{self._candidates} distinct candidate prompts; " + WRITE_RULES,
-        ))
+        reply = self._asker.ask(
+            Question(
+                task="write",
+                payload=payload,
+                shape='{"candidates": [{"prompt": str, "negative_prompt": str}]}',
+                reply=CandidatesReply,
+                context={"count": self._candidates},
+                rules=f"{self._candidates} distinct candidate prompts; " + WRITE_RULES,
+            )
+        )
         assert isinstance(reply, CandidatesReply)
         best = reply.candidates[0]
         if self._rank is not None:
@@ -141,16 +160,25 @@ class AskingCameraman:
     def __init__(self, asker: Asker) -> None:
         self._asker = asker
 
-    def review(self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int) -> Verdict:
-        reply = self._asker.ask(Question(
-            task="review",
-            payload={"grade": grade, "scores": scores, "min_grade": min_grade, "attempt": attempt,
-                     "max_retries": max_retries},
-            shape='{"action": "accept"|"refine"|"fail", "failure_reasons": [str], "strategy": str}',
-            reply=VerdictReply,
-            rules="grades run A (best) to F; accept when grade is min_grade or better; otherwise name the weak "
-            "axes as failure_reasons and refine with a strategy while attempt < max_retries, else fail.",
-        ))
+    def review(
+        self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int
+    ) -> Verdict:
+        reply = self._asker.ask(
+            Question(
+                task="review",
+                payload={
+                    "grade": grade,
+                    "scores": scores,
+                    "min_grade": min_grade,
+                    "attempt": attempt,
+                    "max_retries": max_retries,
+                },
+                shape='{"action": "accept"|"refine"|"fail", "failure_reasons": [str], "strategy": str}',
+                reply=VerdictReply,
+                rules="grades run A (best) to F; accept when grade is min_grade or better; otherwise name the weak "
+                "axes as failure_reasons and refine with a strategy while attempt < max_retries, else fail.",
+            )
+        )
         assert isinstance(reply, VerdictReply)
         action = reply.action
         if action == "accept" and not grade_at_least(grade, min_grade):  # the studio's standard holds
@@ -160,7 +188,8 @@ class AskingCameraman:
             log.info("cameraman asked to refine attempt %d of %d; failing instead", attempt, max_retries)
             action = "fail"
         return Verdict(
-            action=action, failure_reasons=reply.failure_reasons,
+            action=action,
+            failure_reasons=reply.failure_reasons,
             strategy=reply.strategy if action == "refine" else "",
         )
 
@@ -172,11 +201,15 @@ class AskingConsolidator:
         self._asker = asker
 
     def consolidate(self, *, activity: list[str]) -> Consolidation:
-        reply = self._asker.ask(Question(
-            task="consolidate", payload={"activity": activity},
-            shape='{"summary": str, "learnings": [str]}', reply=ConsolidationReply,
-            rules="summary: what was produced since the last consolidation, in one or two sentences; "
-            "learnings: at most three reusable lessons about what made prompts succeed or fail (may be empty).",
-        ))
+        reply = self._asker.ask(
+            Question(
+                task="consolidate",
+                payload={"activity": activity},
+                shape='{"summary": str, "learnings": [str]}',
+                reply=ConsolidationReply,
+                rules="summary: what was produced since the last consolidation, in one or two sentences; "
+                "learnings: at most three reusable lessons about what made prompts succeed or fail (may be empty).",
+            )
+        )
         assert isinstance(reply, ConsolidationReply)
         return Consolidation(summary=reply.summary, learnings=reply.learnings)

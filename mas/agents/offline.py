@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from mas import grading
 from mas.agents.roles import (
     Consolidation,
     Draft,
@@ -20,15 +21,23 @@ from mas.agents.roles import (
     WriterBrief,
     draft_seed,
 )
-from mas import grading
 from mas.config import grade_at_least
 from mas.palette import COLORS, COOL, WARM
 from mas.pipeline.requests import ProductionRequest
 
 ANGLES = [
-    "at dawn, low golden mist", "in a thunderstorm", "close-up portrait", "wide establishing shot",
-    "in an ancient ruin", "under moonlight", "in motion, tracking shot", "reflected in still water",
-    "silhouetted against the sky", "in a hidden cave", "above the clouds", "in falling snow",
+    "at dawn, low golden mist",
+    "in a thunderstorm",
+    "close-up portrait",
+    "wide establishing shot",
+    "in an ancient ruin",
+    "under moonlight",
+    "in motion, tracking shot",
+    "reflected in still water",
+    "silhouetted against the sky",
+    "in a hidden cave",
+    "above the clouds",
+    "in falling snow",
 ]
 AB_APPROACHES = [
     "cinematic wide shot with a slow dolly-in",
@@ -41,9 +50,20 @@ AB_APPROACHES = [
 STORY_BEATS = ["the call", "the trial", "the guardian awakens", "the storm", "the return", "the legacy"]
 
 MOODS = {
-    "dark": "bright", "moody": "cheerful", "bright": "dark", "cheerful": "gloomy", "serene": "chaotic",
-    "calm": "frantic", "mysterious": "plain", "epic": "mundane", "dreamy": "harsh", "gritty": "polished",
-    "whimsical": "grim", "melancholic": "upbeat", "energetic": "sluggish", "gloomy": "cheerful",
+    "dark": "bright",
+    "moody": "cheerful",
+    "bright": "dark",
+    "cheerful": "gloomy",
+    "serene": "chaotic",
+    "calm": "frantic",
+    "mysterious": "plain",
+    "epic": "mundane",
+    "dreamy": "harsh",
+    "gritty": "polished",
+    "whimsical": "grim",
+    "melancholic": "upbeat",
+    "energetic": "sluggish",
+    "gloomy": "cheerful",
 }
 PACING = {"slow": "fast cuts", "fast": "slow lingering shots", "dynamic": "static shots", "lingering": "fast cuts"}
 THEMES = ["fantasy", "mythical", "sci-fi", "nature", "urban", "cosmic", "underwater", "gothic", "retro"]
@@ -74,7 +94,9 @@ class OfflineDirector:
         if request.kind == "ab":
             return Plan(
                 videos=[
-                    PlannedVideo(concept=request.theme, label=chr(ord("A") + i), approach=AB_APPROACHES[i % len(AB_APPROACHES)])
+                    PlannedVideo(
+                        concept=request.theme, label=chr(ord("A") + i), approach=AB_APPROACHES[i % len(AB_APPROACHES)]
+                    )
                     for i in range(request.count)
                 ]
             )
@@ -97,9 +119,7 @@ class OfflineDirector:
                 series_elements=["recurring guardian", "emblem", "ancient gate"],
             )
         return Plan(
-            videos=[
-                PlannedVideo(concept=f"{request.theme}, {ANGLES[i % len(ANGLES)]}") for i in range(request.count)
-            ]
+            videos=[PlannedVideo(concept=f"{request.theme}, {ANGLES[i % len(ANGLES)]}") for i in range(request.count)]
         )
 
     def read_style(self, feedback: str) -> StylePreferences:
@@ -159,21 +179,26 @@ class OfflineCameraman:
 
     weak_below = 0.7
 
-    def review(self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int) -> Verdict:
+    def review(
+        self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int
+    ) -> Verdict:
         if grade_at_least(grade, min_grade):
             return Verdict(action="accept", failure_reasons=[])
         reasons = self.weak_axes(scores)
         if attempt >= max_retries:
             return Verdict(action="fail", failure_reasons=reasons)
-        return Verdict(action="refine", failure_reasons=reasons, strategy="; ".join(FIXES[r] for r in reasons if r in FIXES))
-
+        return Verdict(
+            action="refine", failure_reasons=reasons, strategy="; ".join(FIXES[r] for r in reasons if r in FIXES)
+        )
 
     def weak_axes(self, scores: dict[str, float]) -> list[str]:
         """Readable failure reasons: the preview grader's weak axes, or DQA's (mas.grading)."""
         preview = {k: v for k, v in scores.items() if k in FAILURE_REASONS}
         if not preview:
             return grading.failure_reasons(scores) or ["below the minimum grade on every axis"]
-        weak = sorted((v, k) for k, v in preview.items() if v < self.weak_below) or [min((v, k) for k, v in preview.items())]
+        weak = sorted((v, k) for k, v in preview.items() if v < self.weak_below) or [
+            min((v, k) for k, v in preview.items())
+        ]
         return [FAILURE_REASONS[k] for _, k in weak]
 
 
@@ -188,6 +213,8 @@ class OfflineConsolidator:
             f"{len(activity)} videos finished since the last consolidation "
             f"({', '.join(f'{n} {k}' for k, n in sorted(outcomes.items()))}); latest: {activity[-1][:160]}"
         )
-        fixes = Counter(fix for line in activity for fix in FIXES.values() if fix in line and line.startswith("accepted"))
+        fixes = Counter(
+            fix for line in activity for fix in FIXES.values() if fix in line and line.startswith("accepted")
+        )
         learnings = [f"accepted prompts often carried '{fix}' ({n} times)" for fix, n in fixes.most_common(3)]
         return Consolidation(summary=summary, learnings=learnings)

@@ -44,8 +44,11 @@ def _as_texts(value: Any) -> Any:
     if isinstance(value, str):
         return [value.strip()] if value.strip() else []
     if isinstance(value, list):
-        return [str(v).strip() if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value
-                if not (isinstance(v, str) and not v.strip())]
+        return [
+            str(v).strip() if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            for v in value
+            if not (isinstance(v, str) and not v.strip())
+        ]
     return value
 
 
@@ -136,7 +139,9 @@ class CandidatesReply(Reply):
 class VerdictReply(Reply):
     """`review`: the Cameraman's decision."""
 
-    action: Annotated[Literal["accept", "refine", "fail"], BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)]
+    action: Annotated[
+        Literal["accept", "refine", "fail"], BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)
+    ]
     failure_reasons: Texts = []
     strategy: Text = ""
 

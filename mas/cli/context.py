@@ -8,9 +8,9 @@ from pydantic_settings import SettingsError
 from rich.console import Console
 
 from mas import db
-from mas.runtime import services
 from mas.config import Settings
 from mas.errors import InvalidInput, InvalidSettings
+from mas.runtime import services
 from mas.text import visible
 
 
@@ -43,7 +43,11 @@ def _as_user(ctx: click.Context, param: click.Parameter, value: str | None) -> N
 
 
 USER = click.option(
-    "--user", metavar="NAME", default=None, expose_value=False, callback=_as_user,
+    "--user",
+    metavar="NAME",
+    default=None,
+    expose_value=False,
+    callback=_as_user,
     help="Whose taste: their style, A/B picks and preference models (default: MAS_USER, else 'default').",
 )
 """`--user NAME` on the commands that read or teach a taste: the command's settings are that user's."""

@@ -44,7 +44,9 @@ def letta_status(settings: Settings) -> None:
     state = backend.status(settings)
     if not state.healthy:
         raise click.ClickException(f"Letta at {state.url} is not reachable or not healthy: {state.error}")
-    console.print(f"Letta {state.version} at {state.url}: {'provisioned' if state.provisioned else 'NOT fully provisioned'}")
+    console.print(
+        f"Letta {state.version} at {state.url}: {'provisioned' if state.provisioned else 'NOT fully provisioned'}"
+    )
     blocks_table = Table("block", "id")
     for label, block_id in state.blocks.items():
         blocks_table.add_row(label, block_id or "missing")
@@ -55,8 +57,12 @@ def letta_status(settings: Settings) -> None:
     for a in state.agents:
         companions = "; ".join(f"{c.name} ({c.in_context}, {'on' if c.autoclear else 'OFF'})" for c in a.companions)
         agents_table.add_row(
-            a.role, a.id or "-", str(a.in_context if a.in_context is not None else "-"),
-            str(a.sleeptime_frequency or "-"), companions or "-", "; ".join(a.problems) or "-",
+            a.role,
+            a.id or "-",
+            str(a.in_context if a.in_context is not None else "-"),
+            str(a.sleeptime_frequency or "-"),
+            companions or "-",
+            "; ".join(a.problems) or "-",
         )
     console.print(agents_table)
 

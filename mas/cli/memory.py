@@ -54,8 +54,14 @@ def memory_history(settings: Settings, label: str, limit: int) -> None:
     changes = blocks.history(settings, label, limit=limit)
     table = Table("version", "when", "who", "field", "old", "new", title=f"{label} history")
     for c in changes:
-        table.add_row(str(c.version), c.changed_at.strftime("%Y-%m-%d %H:%M:%S"), c.actor, c.field,
-                      json.dumps(c.old)[:60], json.dumps(c.new)[:60])
+        table.add_row(
+            str(c.version),
+            c.changed_at.strftime("%Y-%m-%d %H:%M:%S"),
+            c.actor,
+            c.field,
+            json.dumps(c.old)[:60],
+            json.dumps(c.new)[:60],
+        )
     console.print(table)
 
 

@@ -18,7 +18,9 @@ def grade(settings: Settings, video: int) -> None:
 
     ready(settings)
     result = remote.regrade(settings, video)
-    table = Table("axis", "score", "weight", title=f"video {video}, attempt {result['attempt']}: {result['prompt'][:80]}")
+    table = Table(
+        "axis", "score", "weight", title=f"video {video}, attempt {result['attempt']}: {result['prompt'][:80]}"
+    )
     for row in result["rows"]:
         name = f"  {row['name']}" if row.get("parent") else row["name"]
         score = "—" if row["score"] is None else f"{row['score']:.3f}"

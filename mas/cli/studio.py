@@ -8,21 +8,31 @@ import sys
 import click
 from rich.table import Column, Table
 
-from mas.runtime import foreground, processes, services
 from mas.cli.context import console, load_settings, ready
 from mas.config import Settings
+from mas.runtime import foreground, processes, services
 
 PORT = click.IntRange(0, 65535)
 """A TCP port (0: any free one)."""
 
-READY_HINT = 'Queue work from another terminal, e.g. mas enqueue --wait "Create 3 videos of dragons"; Ctrl-C stops it all.'
+READY_HINT = (
+    'Queue work from another terminal, e.g. mas enqueue --wait "Create 3 videos of dragons"; Ctrl-C stops it all.'
+)
 
 
 @click.command()
-@click.option("--concurrency", type=click.IntRange(1, 256), default=None, help="cpu worker processes (default MAS_CPU_CONCURRENCY).")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="cpu worker processes (default MAS_CPU_CONCURRENCY).",
+)
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option(
-    "--grace", type=float, default=30.0, show_default=True,
+    "--grace",
+    type=float,
+    default=30.0,
+    show_default=True,
     help="Seconds running tasks get to finish when stopping, before they are cut off.",
 )
 @click.pass_obj
@@ -75,17 +85,28 @@ def _exec(argv: list[str]) -> None:
 
 @click.command()
 @click.option(
-    "--queue", type=click.Choice(["cpu", "gpu"]), required=True,
+    "--queue",
+    type=click.Choice(["cpu", "gpu"]),
+    required=True,
     help="Which work to take: cpu (agent steps) or gpu (renders and gradings, queues gpu, gpu-grade, gpu-urgent).",
 )
-@click.option("--concurrency", type=click.IntRange(1, 256), default=None, help="cpu processes (default MAS_CPU_CONCURRENCY).")
+@click.option(
+    "--concurrency", type=click.IntRange(1, 256), default=None, help="cpu processes (default MAS_CPU_CONCURRENCY)."
+)
 @click.option("--loglevel", default="INFO", show_default=True)
-@click.option("--name", default=None, help="Worker node name (default cpu@hostname, gpu@hostname or gpu-cudaN@hostname).")
+@click.option(
+    "--name", default=None, help="Worker node name (default cpu@hostname, gpu@hostname or gpu-cudaN@hostname)."
+)
 @click.option("--device", default=None, metavar="cuda:N", help="gpu: this worker's GPU (one gpu worker per GPU).")
 @click.option("--comfyui-url", default=None, metavar="URL", help="gpu: this worker's own ComfyUI server (one per GPU).")
 @click.pass_obj
 def worker(
-    settings: Settings, queue: str, concurrency: int | None, loglevel: str, name: str | None, device: str | None,
+    settings: Settings,
+    queue: str,
+    concurrency: int | None,
+    loglevel: str,
+    name: str | None,
+    device: str | None,
     comfyui_url: str | None,
 ) -> None:
     """Start a worker. A gpu worker holds its GPU's models and keeps MAS_GPU_LOOKAHEAD tasks ready behind the

@@ -45,10 +45,13 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
     for w in gpu.workers:
         models = (
             f"{w.loads} loads, {w.evictions} evictions, {w.swaps} swaps, resident: {', '.join(w.resident) or 'none'}"
-            if w.loads is not None else "no models of its own"
+            if w.loads is not None
+            else "no models of its own"
         )
-        console.print(f"gpu worker {w.name} ({w.device}): {w.turns} turns, {w.busy_seconds:.0f} s on the GPU; {models}",
-                      markup=False)
+        console.print(
+            f"gpu worker {w.name} ({w.device}): {w.turns} turns, {w.busy_seconds:.0f} s on the GPU; {models}",
+            markup=False,
+        )
 
 
 def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.0) -> None:
@@ -79,7 +82,9 @@ def _batch(settings: Settings, batch_id: int | None):
 
     batch = queries.batch_overview(settings, batch_id)
     if batch is None:
-        raise click.ClickException(f"no batch {batch_id}" if batch_id else "no batches yet: queue one with `mas enqueue`")
+        raise click.ClickException(
+            f"no batch {batch_id}" if batch_id else "no batches yet: queue one with `mas enqueue`"
+        )
     return batch
 
 

@@ -15,9 +15,10 @@ from mas.errors import InvalidInput
 from mas.names import PRIORITIES
 from mas.pipeline.requests import MAX_VARIATIONS, ProductionRequest, parse_request
 
-
 PRIORITY = click.option(
-    "--priority", type=click.Choice(list(PRIORITIES)), default=None,
+    "--priority",
+    type=click.Choice(list(PRIORITIES)),
+    default=None,
     help="high: to the GPU ahead of waiting batch work (default: normal; A/B tests MAS_AB_PRIORITY).",
 )
 
@@ -130,8 +131,7 @@ def style(settings: Settings, feedback: str) -> None:
 @click.pass_obj
 def resume(settings: Settings, yes: bool) -> None:
     """Offer and restart the work a previous session left pending."""
-    from mas.pipeline import production
-    from mas.pipeline import queries
+    from mas.pipeline import production, queries
 
     ready(settings)
     pending = queries.pending_work(settings)

@@ -29,7 +29,6 @@ from starlette.responses import (
     FileResponse,
     JSONResponse,
     PlainTextResponse,
-    RedirectResponse,
     Response,
 )
 from starlette.routing import Route
@@ -42,11 +41,11 @@ from mas.errors import InvalidInput, InvalidSettings
 from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
 from mas.gallery.control import batch_action, pick_winner
 from mas.gallery.frames import strip_jpeg
+from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
-from mas.runtime.services import ServiceError
 from mas.pipeline.states import TERMINAL
-from mas.learning.promotion import expectation_text
+from mas.runtime.services import ServiceError
 from mas.video import VideoUnreadable
 
 FINAL = tuple(TERMINAL)
@@ -117,7 +116,8 @@ class _Gate:
             return PlainTextResponse("this gallery only answers to its loopback host names", status_code=400)
         if self.login is not None and not _basic_auth_ok(headers.get("authorization", ""), self.login):
             return PlainTextResponse(
-                "the gallery needs its user and password", status_code=401,
+                "the gallery needs its user and password",
+                status_code=401,
                 headers={"WWW-Authenticate": 'Basic realm="mas gallery", charset="UTF-8"'},
             )
         return None
@@ -142,7 +142,6 @@ def _basic_auth_ok(header: str, login: tuple[bytes, bytes]) -> bool:
     user_ok = secrets.compare_digest(user, login[0])
     password_ok = secrets.compare_digest(password, login[1])
     return bool(sep) and user_ok and password_ok
-
 
 
 MAX_PATH_CHARS = 1024
@@ -266,10 +265,17 @@ def index(request: Request) -> Response:
         tests = list(session.scalars(sa.select(ABTest).order_by(ABTest.id.desc()).limit(LIST_LIMIT)))
         progress = _progress(session, batches)
     memory = blocks.read_all(_settings(request))
-    return templates.TemplateResponse(request, "index.html", {
-        "progress": progress, "series": series, "tests": tests,
-        "style": memory["user_style"], "winning": memory["ab_testing"]["WINNING_PATTERNS"],
-    })
+    return templates.TemplateResponse(
+        request,
+        "index.html",
+        {
+            "progress": progress,
+            "series": series,
+            "tests": tests,
+            "style": memory["user_style"],
+            "winning": memory["ab_testing"]["WINNING_PATTERNS"],
+        },
+    )
 
 
 def batch_page(request: Request) -> Response:
@@ -278,15 +284,25 @@ def batch_page(request: Request) -> Response:
         batch = _get(session, Batch, batch_id)
         if batch is None:
             raise HTTPException(404, f"there is no batch {batch_id}")
-        videos = list(session.scalars(
-            sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)
-            .options(selectinload(Video.attempts))
-        ))
+        videos = list(
+            session.scalars(
+                sa.select(Video)
+                .where(Video.batch_id == batch_id)
+                .order_by(Video.position)
+                .options(selectinload(Video.attempts))
+            )
+        )
         series = _get(session, Series, batch.series_id) if batch.series_id else None
         (progress,) = _progress(session, [batch])
-    return templates.TemplateResponse(request, "batch.html", {
-        "progress": progress, "series": series, "cards": [_video_view(settings, v) for v in videos],
-    })
+    return templates.TemplateResponse(
+        request,
+        "batch.html",
+        {
+            "progress": progress,
+            "series": series,
+            "cards": [_video_view(settings, v) for v in videos],
+        },
+    )
 
 
 def series_page(request: Request) -> Response:
@@ -306,26 +322,44 @@ def ab_page(request: Request) -> Response:
         test = _get(session, ABTest, test_id)
         if test is None:
             raise HTTPException(404, f"there is no A/B test {test_id}")
-        variations = list(session.scalars(
-            sa.select(ABVariation).where(ABVariation.test_id == test_id).order_by(ABVariation.label)
-        ))
+        variations = list(
+            session.scalars(sa.select(ABVariation).where(ABVariation.test_id == test_id).order_by(ABVariation.label))
+        )
         videos = _videos(session, (v.video_id for v in variations if v.video_id is not None))
         batch = session.scalars(sa.select(Batch).where(Batch.ab_test_id == test_id)).first()
         progress = _progress(session, [batch])[0] if batch else None
     cards = [(v, _video_view(settings, videos[v.video_id]) if v.video_id in videos else None) for v in variations]
     rendering = any(card is None or card.video.state not in FINAL for _, card in cards)
-    expectation = expectation_text(expected=test.expected_label, probability=test.expected_probability,
-                                   by=test.expected_by, winner=test.winner_label)
-    return templates.TemplateResponse(request, "ab.html", {
-        "test": test, "cards": cards, "progress": progress, "rendering": rendering, "expectation": expectation,
-    })
+    expectation = expectation_text(
+        expected=test.expected_label,
+        probability=test.expected_probability,
+        by=test.expected_by,
+        winner=test.winner_label,
+    )
+    return templates.TemplateResponse(
+        request,
+        "ab.html",
+        {
+            "test": test,
+            "cards": cards,
+            "progress": progress,
+            "rendering": rendering,
+            "expectation": expectation,
+        },
+    )
 
 
 def memory_page(request: Request) -> Response:
     memory = blocks.read_all(_settings(request))
-    return templates.TemplateResponse(request, "memory.html", {
-        "memory": memory, "style": memory["user_style"], "winning": memory["ab_testing"]["WINNING_PATTERNS"],
-    })
+    return templates.TemplateResponse(
+        request,
+        "memory.html",
+        {
+            "memory": memory,
+            "style": memory["user_style"],
+            "winning": memory["ab_testing"]["WINNING_PATTERNS"],
+        },
+    )
 
 
 def frames(request: Request) -> Response:
@@ -362,12 +396,17 @@ def batch_progress(request: Request) -> Response:
             raise HTTPException(404, f"there is no batch {batch_id}")
         videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
         done = sum(v.state in FINAL for v in videos)
-    return JSONResponse({
-        "id": batch.id, "status": batch.status.value, "total": batch.total, "done": done,
-        "videos": [
-            {"id": v.id, "state": v.state.value, "grade": v.grade, "attempts": v.attempt_count} for v in videos
-        ],
-    })
+    return JSONResponse(
+        {
+            "id": batch.id,
+            "status": batch.status.value,
+            "total": batch.total,
+            "done": done,
+            "videos": [
+                {"id": v.id, "state": v.state.value, "grade": v.grade, "attempts": v.attempt_count} for v in videos
+            ],
+        }
+    )
 
 
 # --- errors ---------------------------------------------------------------------------------------

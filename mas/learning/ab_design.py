@@ -40,9 +40,9 @@ import numpy as np
 
 from mas.agents.roles import Plan
 from mas.config import Settings
-from mas.pipeline.requests import MAX_VARIATIONS, ProductionRequest
-from mas.learning.taste import Option, PairwiseTaste, Pick, features, softmax
 from mas.learning.promotion import load_picks, served
+from mas.learning.taste import Option, PairwiseTaste, Pick, features, softmax
+from mas.pipeline.requests import MAX_VARIATIONS, ProductionRequest
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def known_information(picks: Sequence[Pick], taste: PairwiseTaste, *, settings: 
     known = PRIOR_PRECISION * np.eye(rows.shape[1])
     at = 0
     for group in groups:
-        known += choice_information(rows[at: at + len(group)], logits[at: at + len(group)])
+        known += choice_information(rows[at : at + len(group)], logits[at : at + len(group)])
         at += len(group)
     return known
 
@@ -78,8 +78,9 @@ def set_value(uncertainty: np.ndarray, logits: np.ndarray, chosen: Sequence[int]
     return float(np.linalg.slogdet(np.eye(len(chosen)) + spread @ uncertainty[np.ix_(chosen, chosen)])[1])
 
 
-def most_informative(options: Sequence[Option], *, count: int, picks: Sequence[Pick], taste: PairwiseTaste,
-                     settings: Settings) -> list[int]:
+def most_informative(
+    options: Sequence[Option], *, count: int, picks: Sequence[Pick], taste: PairwiseTaste, settings: Settings
+) -> list[int]:
     """Indices (ascending) of the `count` (at least 2: an A/B test) options whose pick would teach the
     owner of `picks` and `taste` (the taste serving them) the most."""
     if count >= len(options):
@@ -124,11 +125,14 @@ def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
     else:
         options, picks = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct], load_picks(settings)
         by_design = min(count, max(2, count - settings.ab_explore))  # a pick teaches only against another
-        designed = most_informative(options, count=by_design, picks=picks, taste=served(settings).taste,
-                                    settings=settings)
-        chosen = explored(len(options), designed=designed, count=count - len(designed),
-                          seed=f"{settings.user} {len(picks)}")
+        designed = most_informative(
+            options, count=by_design, picks=picks, taste=served(settings).taste, settings=settings
+        )
+        chosen = explored(
+            len(options), designed=designed, count=count - len(designed), seed=f"{settings.user} {len(picks)}"
+        )
         shown = [distinct[i] for i in chosen]
-        log.info("A/B test for %s: %d proposals, showing %s", settings.user, len(plan.videos),
-                 [v.approach for v in shown])
+        log.info(
+            "A/B test for %s: %d proposals, showing %s", settings.user, len(plan.videos), [v.approach for v in shown]
+        )
     return replace(plan, videos=[replace(v, label=chr(ord("A") + i)) for i, v in enumerate(shown)])

@@ -8,11 +8,11 @@ from mas import agents
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
+from mas.learning.promotion import expect
+from mas.learning.taste import Option
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest, ABVariation, Attempt, Video, VideoState
 from mas.pipeline.outcomes import KEEP
-from mas.learning.taste import Option
-from mas.learning.promotion import expect
 from mas.text import check_storable
 
 
@@ -24,12 +24,12 @@ def learn_style(settings: Settings, feedback: str) -> dict:
     """Director: read style feedback into user_style, adding its inverse to DISLIKED_ELEMENTS."""
     check_storable(feedback, "the style feedback")
     if not feedback.strip():
-        raise PreferenceError("the feedback is empty: say what you like, e.g. \"dark moody purple tones\"")
+        raise PreferenceError('the feedback is empty: say what you like, e.g. "dark moody purple tones"')
     prefs = agents.backend(settings).director.read_style(feedback)
     if not any([prefs.colors, prefs.moods, prefs.themes, prefs.pacing]):
         raise PreferenceError(
             "I found no colour, mood, theme or pacing in that feedback; try e.g. "
-            "\"I prefer dark moody aesthetics with purple and blue tones\""
+            '"I prefer dark moody aesthetics with purple and blue tones"'
         )
 
     def change(v: dict) -> dict:
@@ -63,8 +63,13 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
             )
         variations = {v.label: v for v in session.scalars(sa.select(ABVariation).where(ABVariation.test_id == test_id))}
         if label not in variations:
-            raise PreferenceError(f"A/B test {test_id} has no variation {label!r}; labels: {', '.join(sorted(variations))}")
-        videos = {v.id: v for v in session.scalars(sa.select(Video).where(Video.id.in_([x.video_id for x in variations.values()])))}
+            raise PreferenceError(
+                f"A/B test {test_id} has no variation {label!r}; labels: {', '.join(sorted(variations))}"
+            )
+        videos = {
+            v.id: v
+            for v in session.scalars(sa.select(Video).where(Video.id.in_([x.video_id for x in variations.values()])))
+        }
         unfinished = [v.id for v in videos.values() if v.state not in (VideoState.accepted, VideoState.failed)]
         if unfinished:
             raise PreferenceError(f"A/B test {test_id} is still rendering (videos {unfinished}); pick when it is done")
@@ -78,18 +83,34 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
         options = {lbl: final(videos[v.video_id]) for lbl, v in sorted(variations.items())}
         expectation = expect(settings, options)
         test.expected_label, test.expected_probability, test.expected_by = (
-            expectation.label, expectation.probability, expectation.by)
+            expectation.label,
+            expectation.probability,
+            expectation.by,
+        )
         chosen = variations[label]
         rejected = [o for lbl, o in options.items() if lbl != label]
-        session.add(ABSelection(
-            test_id=test_id, chosen_label=label, chosen_prompt=options[label].prompt,
-            chosen_scores=dict(options[label].scores), rejected_prompts=[o.prompt for o in rejected],
-            rejected_scores=[dict(o.scores) for o in rejected], concept=test.concept, user_name=settings.user,
-        ))
+        session.add(
+            ABSelection(
+                test_id=test_id,
+                chosen_label=label,
+                chosen_prompt=options[label].prompt,
+                chosen_scores=dict(options[label].scores),
+                rejected_prompts=[o.prompt for o in rejected],
+                rejected_scores=[dict(o.scores) for o in rejected],
+                concept=test.concept,
+                user_name=settings.user,
+            )
+        )
         test.status, test.winner_label = "closed", label
         selection = {"test": str(test_id), "label": label, "approach": chosen.approach, "concept": test.concept}
-        return blocks.update(settings, "ab_testing", lambda v: {
-            "USER_SELECTIONS": (v["USER_SELECTIONS"] + [selection])[-KEEP:],
-            "WINNING_PATTERNS": list(dict.fromkeys(v["WINNING_PATTERNS"] + [chosen.approach]))[-KEEP:],
-            "ACTIVE_TEST": None if v["ACTIVE_TEST"] == str(test_id) else v["ACTIVE_TEST"],
-        }, actor="user", session=session)
+        return blocks.update(
+            settings,
+            "ab_testing",
+            lambda v: {
+                "USER_SELECTIONS": (v["USER_SELECTIONS"] + [selection])[-KEEP:],
+                "WINNING_PATTERNS": list(dict.fromkeys(v["WINNING_PATTERNS"] + [chosen.approach]))[-KEEP:],
+                "ACTIVE_TEST": None if v["ACTIVE_TEST"] == str(test_id) else v["ACTIVE_TEST"],
+            },
+            actor="user",
+            session=session,
+        )

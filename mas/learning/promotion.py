@@ -29,8 +29,8 @@ import sqlalchemy as sa
 
 from mas.config import Settings
 from mas.db import session_scope
-from mas.models import ABSelection, TasteModel
 from mas.learning.taste import MIN_PICKS_TO_CROSS_VALIDATE, Option, PairwiseTaste, Pick, fit
+from mas.models import ABSelection, TasteModel
 
 STANDARD_ERRORS = 1.0
 """How many standard errors of the paired difference the promotion rule asks for."""
@@ -51,9 +51,14 @@ def load_picks(settings: Settings) -> list[Pick]:
                 if str(prompt).strip() and prompt != row.chosen_prompt
             )
             if row.chosen_prompt.strip() and rejected:
-                picks.append(Pick(selection_id=row.id, concept=row.concept,
-                                  chosen=Option(prompt=row.chosen_prompt, scores=row.chosen_scores or {}),
-                                  rejected=rejected))
+                picks.append(
+                    Pick(
+                        selection_id=row.id,
+                        concept=row.concept,
+                        chosen=Option(prompt=row.chosen_prompt, scores=row.chosen_scores or {}),
+                        rejected=rejected,
+                    )
+                )
         return picks
 
 
@@ -87,7 +92,8 @@ def served(settings: Settings) -> Served:
         row = session.scalars(
             sa.select(TasteModel)
             .where(TasteModel.user_name == settings.user, TasteModel.promoted.is_(True))
-            .order_by(TasteModel.version.desc()).limit(1)
+            .order_by(TasteModel.version.desc())
+            .limit(1)
         ).first()
         taste = PairwiseTaste.from_json(row.model.get("served", {})) if row is not None else PairwiseTaste.default()
         if taste.is_default:  # none yet, or stored on other features: the default serves until a tune refits it
@@ -123,9 +129,15 @@ def judge(candidate: np.ndarray, current: np.ndarray, *, picks: np.ndarray, agai
         promote = mean - STANDARD_ERRORS * error > 0
     else:
         promote = not mean + STANDARD_ERRORS * error < 0
-    return Verdict(promote=promote, pairs=n, accuracy=_accuracy(candidate), log_likelihood=float(candidate.mean()),
-                   current_accuracy=_accuracy(current), current_log_likelihood=float(current.mean()),
-                   standard_error=error)
+    return Verdict(
+        promote=promote,
+        pairs=n,
+        accuracy=_accuracy(candidate),
+        log_likelihood=float(candidate.mean()),
+        current_accuracy=_accuracy(current),
+        current_log_likelihood=float(current.mean()),
+        standard_error=error,
+    )
 
 
 def _accuracy(log_likelihoods: np.ndarray) -> float:
@@ -167,30 +179,46 @@ def tune_taste(settings: Settings) -> TasteReport:
             "be predicted without it. Until then the studio default serves (it expects every variation equally). "
             "Nothing was trained."
         )
-        return TasteReport(user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks),
-                           pairs=pairs)
+        return TasteReport(
+            user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks), pairs=pairs
+        )
     current = served(settings)
     fresh = [current.unseen(p) for p in picks]
     if not any(fresh):
-        reason = f"no pick since {current.name}, which serves {settings.user}: nothing new to learn, nothing was trained."
-        return TasteReport(user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks),
-                           pairs=pairs, current_version=current.version)
+        reason = (
+            f"no pick since {current.name}, which serves {settings.user}: nothing new to learn, nothing was trained."
+        )
+        return TasteReport(
+            user=settings.user,
+            trained=False,
+            promoted=False,
+            reason=reason,
+            picks=len(picks),
+            pairs=pairs,
+            current_version=current.version,
+        )
     fitted = fit(picks, settings=settings)
     judged = np.asarray([fresh[i] for i, p in enumerate(picks) for _ in p.rejected])
     unseen_picks = [p for p, new in zip(picks, fresh) if new]
-    verdict = judge(fitted.validation[judged], current.taste.pair_log_likelihoods(unseen_picks, settings=settings),
-                    picks=np.asarray([p.selection_id for p in unseen_picks for _ in p.rejected]),
-                    against_default=current.version is None)
+    verdict = judge(
+        fitted.validation[judged],
+        current.taste.pair_log_likelihoods(unseen_picks, settings=settings),
+        picks=np.asarray([p.selection_id for p in unseen_picks for _ in p.rejected]),
+        against_default=current.version is None,
+    )
     with session_scope(settings) as session:
-        version = 1 + int(session.scalar(
-            sa.select(sa.func.coalesce(sa.func.max(TasteModel.version), 0)).where(TasteModel.user_name == settings.user)
-        ))
+        version = 1 + int(
+            session.scalar(
+                sa.select(sa.func.coalesce(sa.func.max(TasteModel.version), 0)).where(
+                    TasteModel.user_name == settings.user
+                )
+            )
+        )
         if current.version is None:
             on = f"predicted without each pick, over all {verdict.pairs} pairs of {len(picks)} picks"
             rule = "it must beat the default by more than one standard error"
         else:
-            on = (f"on the {verdict.pairs} pairs picked since {current.name} was fitted, each predicted without "
-                  "its pick")
+            on = f"on the {verdict.pairs} pairs picked since {current.name} was fitted, each predicted without its pick"
             rule = "a newer version replaces it unless worse by more than one standard error"
         reason = (
             f"taste v{version} {'promoted' if verdict.promote else 'kept on file, not promoted'}: {on}, it is right "
@@ -198,15 +226,31 @@ def tune_taste(settings: Settings) -> TasteReport:
             f"{verdict.current_accuracy:.0%} ({verdict.current_log_likelihood:.3f}) for {current.name}; {rule} "
             f"({verdict.standard_error:.3f})."
         )
-        session.add(TasteModel(
-            user_name=settings.user, version=version, pairs_used=fitted.taste.pairs, heldout_pairs=verdict.pairs,
-            heldout_accuracy=verdict.accuracy, promoted=verdict.promote, reason=reason,
-            model={"served": fitted.taste.to_json(), "last_pick": picks[-1].selection_id},
-        ))
+        session.add(
+            TasteModel(
+                user_name=settings.user,
+                version=version,
+                pairs_used=fitted.taste.pairs,
+                heldout_pairs=verdict.pairs,
+                heldout_accuracy=verdict.accuracy,
+                promoted=verdict.promote,
+                reason=reason,
+                model={"served": fitted.taste.to_json(), "last_pick": picks[-1].selection_id},
+            )
+        )
     return TasteReport(
-        user=settings.user, trained=True, promoted=verdict.promote, reason=reason, picks=len(picks), pairs=pairs,
-        judged_pairs=verdict.pairs, version=version, accuracy=verdict.accuracy, current_version=current.version,
-        current_accuracy=verdict.current_accuracy, seconds=round(time.monotonic() - started, 2),
+        user=settings.user,
+        trained=True,
+        promoted=verdict.promote,
+        reason=reason,
+        picks=len(picks),
+        pairs=pairs,
+        judged_pairs=verdict.pairs,
+        version=version,
+        accuracy=verdict.accuracy,
+        current_version=current.version,
+        current_accuracy=verdict.current_accuracy,
+        seconds=round(time.monotonic() - started, 2),
     )
 
 

@@ -58,8 +58,12 @@ PHRASE_OWN_SCALE = 1.0
 """The size of that per-phrase feature against the unit-length embedding: 1 lets a phrase's own value and
 its meaning count alike under the one L2 penalty."""
 
-FEATURES = (*[f"phrases[{i}]" for i in range(EMBEDDING_DIM)], *[f"phrase_own[{i}]" for i in range(PHRASE_BUCKETS)],
-            *SCORE_FEATURES, PREFERENCE_FEATURE)
+FEATURES = (
+    *[f"phrases[{i}]" for i in range(EMBEDDING_DIM)],
+    *[f"phrase_own[{i}]" for i in range(PHRASE_BUCKETS)],
+    *SCORE_FEATURES,
+    PREFERENCE_FEATURE,
+)
 
 INTERACTION_GRID = (0.3, 1.0, 3.0)
 """L2 strengths on the interaction's theta tried by cross-validation, beside no interaction (the penalty is
@@ -117,7 +121,7 @@ class PairwiseTaste:
     temperature: float = 1.0
 
     @classmethod
-    def default(cls) -> "PairwiseTaste":
+    def default(cls) -> PairwiseTaste:
         return cls(weights=np.zeros(len(FEATURES)))
 
     @property
@@ -142,22 +146,31 @@ class PairwiseTaste:
         return -np.logaddexp(0.0, -(pairs @ self.logits(options, settings=settings)))
 
     def to_json(self) -> dict:
-        return {"features": list(FEATURES), "weights": self.weights.tolist(), "pairs": self.pairs,
-                "latents": None if self.latents is None else self.latents.tolist(),
-                "regularisation": self.regularisation, "interaction_strength": self.interaction_strength,
-                "temperature": self.temperature}
+        return {
+            "features": list(FEATURES),
+            "weights": self.weights.tolist(),
+            "pairs": self.pairs,
+            "latents": None if self.latents is None else self.latents.tolist(),
+            "regularisation": self.regularisation,
+            "interaction_strength": self.interaction_strength,
+            "temperature": self.temperature,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "PairwiseTaste":
+    def from_json(cls, data: Mapping) -> PairwiseTaste:
         if list(data.get("features") or ()) != list(FEATURES):
             return cls.default()  # fitted on other features: a refit is needed, the default serves meanwhile
         latents = data.get("latents")  # absent in a taste stored before the interaction: it has none
         if latents is not None and len(latents) != PHRASE_BUCKETS:
             return cls.default()  # an interaction over other phrase features: a refit is needed
-        return cls(weights=np.asarray(data["weights"], dtype=np.float64), pairs=int(data["pairs"]),
-                   latents=None if latents is None else np.asarray(latents, dtype=np.float64),
-                   regularisation=data["regularisation"], interaction_strength=data.get("interaction_strength"),
-                   temperature=float(data["temperature"]))
+        return cls(
+            weights=np.asarray(data["weights"], dtype=np.float64),
+            pairs=int(data["pairs"]),
+            latents=None if latents is None else np.asarray(latents, dtype=np.float64),
+            regularisation=data["regularisation"],
+            interaction_strength=data.get("interaction_strength"),
+            temperature=float(data["temperature"]),
+        )
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -209,7 +222,9 @@ def phrase_table(options: Sequence[Option], *, settings: Settings) -> PhraseTabl
     own = np.zeros((len(distinct), PHRASE_BUCKETS))
     for i, phrase in enumerate(distinct):
         own[i, zlib.crc32(phrase.encode()) % PHRASE_BUCKETS] = PHRASE_OWN_SCALE
-    embedded = np.asarray(get_embedder(settings).embed(distinct), dtype=np.float64).reshape(len(distinct), EMBEDDING_DIM)
+    embedded = np.asarray(get_embedder(settings).embed(distinct), dtype=np.float64).reshape(
+        len(distinct), EMBEDDING_DIM
+    )
     counts, styling = np.zeros((len(options), len(distinct))), np.zeros((len(options), len(distinct)))
     for row, parts in enumerate(split):
         for at, phrase in enumerate(parts):
@@ -225,7 +240,9 @@ def features(options: Sequence[Option], *, settings: Settings, table: PhraseTabl
     if not options:
         return np.zeros((0, len(FEATURES)))
     table = table or phrase_table(options, settings=settings)
-    return np.hstack([table.counts @ table.rows, np.asarray([score_features(o.scores) for o in options], dtype=np.float64)])
+    return np.hstack(
+        [table.counts @ table.rows, np.asarray([score_features(o.scores) for o in options], dtype=np.float64)]
+    )
 
 
 def interaction(table: PhraseTable, latents: np.ndarray) -> np.ndarray:
@@ -290,15 +307,26 @@ def fit(picks: Sequence[Pick], *, settings: Settings) -> Fit:
     if strength is not None:
         weights, latents = _with_interaction(table, pairs, diffs, weights, regularisation, strength)
     temperature = _temperature(held)
-    taste = PairwiseTaste(weights=weights * temperature, pairs=len(diffs), regularisation=regularisation,
-                          latents=None if latents is None else latents * math.sqrt(temperature),
-                          interaction_strength=strength, temperature=temperature)
+    taste = PairwiseTaste(
+        weights=weights * temperature,
+        pairs=len(diffs),
+        regularisation=regularisation,
+        latents=None if latents is None else latents * math.sqrt(temperature),
+        interaction_strength=strength,
+        temperature=temperature,
+    )
     return Fit(taste=taste, validation=-np.logaddexp(0.0, -held * temperature))
 
 
-def _interaction_strength(table: PhraseTable, pairs: np.ndarray, diffs: np.ndarray, folds: list,
-                          fold_weights: list[np.ndarray], held: np.ndarray,
-                          regularisation: float) -> tuple[float | None, np.ndarray]:
+def _interaction_strength(
+    table: PhraseTable,
+    pairs: np.ndarray,
+    diffs: np.ndarray,
+    folds: list,
+    fold_weights: list[np.ndarray],
+    held: np.ndarray,
+    regularisation: float,
+) -> tuple[float | None, np.ndarray]:
     """The interaction strength that predicts the held-out picks best, and its held-out log-odds; or None and
     the sum's own (`held`) when no strength beats the sum. (Asking it to beat the sum by a standard error
     dropped more real interactions than chance ones on the learning benchmark's users.)"""
@@ -318,8 +346,9 @@ def _log_loss(margins: np.ndarray) -> float:
     return float(np.logaddexp(0.0, -margins).mean())
 
 
-def _with_interaction(table: PhraseTable, pairs: np.ndarray, diffs: np.ndarray, start: np.ndarray,
-                      regularisation: float, strength: float) -> tuple[np.ndarray, np.ndarray]:
+def _with_interaction(
+    table: PhraseTable, pairs: np.ndarray, diffs: np.ndarray, start: np.ndarray, regularisation: float, strength: float
+) -> tuple[np.ndarray, np.ndarray]:
     """w and theta fitted together on `pairs` (rows of `pair_incidence`, `diffs` their feature differences),
     from w = `start` (the sum's own fit): summed pair log-loss + |w|^2 / (4 regularisation), the L2 of
     `_weights` (which counts each pair twice, once each way), + (strength / 2) |theta|^2. Fitting them
@@ -337,13 +366,18 @@ def _with_interaction(table: PhraseTable, pairs: np.ndarray, diffs: np.ndarray, 
         slope = -expit(-margins)
         per_option = pairs.T @ slope
         per_phrase = table.styling.T @ (per_option * summed) - (table.styling.T @ per_option) * z
-        loss = float(np.logaddexp(0.0, -margins).sum() + weights @ weights / (4 * regularisation)
-                     + 0.5 * strength * latents @ latents)
+        loss = float(
+            np.logaddexp(0.0, -margins).sum()
+            + weights @ weights / (4 * regularisation)
+            + 0.5 * strength * latents @ latents
+        )
         gradient_w = diffs.T @ slope + weights / (2 * regularisation)
         return loss, np.r_[gradient_w, table.own.T @ per_phrase + strength * latents]
 
-    starts = [np.r_[start, np.random.default_rng(seed).normal(0.0, INTERACTION_START, PHRASE_BUCKETS)]
-              for seed in range(INTERACTION_STARTS)]
+    starts = [
+        np.r_[start, np.random.default_rng(seed).normal(0.0, INTERACTION_START, PHRASE_BUCKETS)]
+        for seed in range(INTERACTION_STARTS)
+    ]
     fits = [minimize(loss_and_gradient, both, jac=True, method="L-BFGS-B") for both in starts]
     best = min(fits, key=lambda result: result.fun).x
     return best[:size], best[size:]

@@ -28,7 +28,14 @@ from mas.text import check_storable, check_unicode
 # The tags agents use today; any other lowercase word is accepted too, so new kinds of lesson need no
 # code change.
 TAG_VOCABULARY = (
-    "success", "failure", "preference", "quality", "series", "ab_test", "refinement", "learning",
+    "success",
+    "failure",
+    "preference",
+    "quality",
+    "series",
+    "ab_test",
+    "refinement",
+    "learning",
 )
 _TAG = re.compile(r"[a-z][a-z0-9_]*")
 _TAG_MAX = 64  # the column is varchar(64)[]
@@ -152,7 +159,7 @@ class ArchivalMemory:
 
         Everything is validated before anything is embedded or written, so one bad tag stores nothing.
         """
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"text": _validate_text(item.text), "tags": validate_tags(item.tags), "meta": dict(item.metadata)}
             for item in items
         ]

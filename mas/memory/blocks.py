@@ -10,27 +10,27 @@ field and records the change (who, when, old, new). Two writers therefore never 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
-from typing import Any, Callable, Literal
-
-from typing_extensions import TypedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
+from typing_extensions import TypedDict
 
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
-from mas.text import check_storable
 from mas.models import MemoryBlock, MemoryBlockChange, users_own
+from mas.text import check_storable
 
 Grade = Literal["A", "B", "C", "D", "F"]
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 NO_ACTIVITY = "1970-01-01T00:00:00+00:00"
@@ -180,8 +180,9 @@ def defaults(label: str, settings: Settings) -> dict[str, Any]:
 def _unwritten(settings: Settings, label: str) -> MemoryBlock:
     """A block no one has written yet, as it reads: its defaults at version 1, no field changed. Its row is
     made by the first write, so reading (a page, `mas memory show`, a new user) writes nothing."""
-    return MemoryBlock(label=row_label(settings, label), value=defaults(label, settings), field_updated_at={},
-                       version=1)
+    return MemoryBlock(
+        label=row_label(settings, label), value=defaults(label, settings), field_updated_at={}, version=1
+    )
 
 
 def read(settings: Settings, label: str) -> dict[str, Any]:
@@ -193,8 +194,10 @@ def read_all(settings: Settings) -> dict[str, dict[str, Any]]:
     """Every block as `settings.user` sees it (their own per-user blocks, the shared rest), by label."""
     keys = {row_label(settings, label): label for label in SCHEMAS}
     with session_scope(settings) as session:
-        stored = {row.label: dict(row.value)
-                  for row in session.scalars(sa.select(MemoryBlock).where(MemoryBlock.label.in_(keys)))}
+        stored = {
+            row.label: dict(row.value)
+            for row in session.scalars(sa.select(MemoryBlock).where(MemoryBlock.label.in_(keys)))
+        }
     return {label: stored[key] if key in stored else defaults(label, settings) for key, label in keys.items()}
 
 
@@ -251,9 +254,16 @@ def update(
     row = session.execute(locked).scalar_one_or_none()
     if row is None:  # the first write of this block: its row starts as `_unwritten` reads
         first = _unwritten(settings, label)
-        session.execute(pg_insert(MemoryBlock).values(
-            label=row_key, value=first.value, field_updated_at={}, version=first.version,
-        ).on_conflict_do_nothing(index_elements=["label"]))
+        session.execute(
+            pg_insert(MemoryBlock)
+            .values(
+                label=row_key,
+                value=first.value,
+                field_updated_at={},
+                version=first.version,
+            )
+            .on_conflict_do_nothing(index_elements=["label"])
+        )
         row = session.execute(locked).scalar_one()
     current = dict(row.value)
     new = apply_change(settings, label, current, change)

@@ -74,7 +74,9 @@ def decide(settings: Settings, *, messages: int, failures: int) -> Decision:
         return Decision(level=alarm, action="reset", reason=f"{messages} messages >= {alarm} threshold {threshold}")
     if failures >= limit:
         return Decision(level=alarm, action="reset", reason=f"{failures} failed summaries >= {limit}")
-    return Decision(level=alarm, action="summarize", reason=f"{messages} messages >= warn threshold {settings.buffer_warn}")
+    return Decision(
+        level=alarm, action="summarize", reason=f"{messages} messages >= warn threshold {settings.buffer_warn}"
+    )
 
 
 def after_failed_summary(settings: Settings, decision: Decision, *, failures: int, problem: str) -> Decision:
@@ -92,7 +94,11 @@ def after_failed_summary(settings: Settings, decision: Decision, *, failures: in
 def record(agent: str, decision: Decision, *, before: int, after: int) -> Action:
     """The record of a decision carried out on `agent`'s buffer."""
     return Action(
-        agent=agent, count_before=before, action=decision.action, level=decision.level, count_after=after,
+        agent=agent,
+        count_before=before,
+        action=decision.action,
+        level=decision.level,
+        count_after=after,
         reason=decision.reason,
     )
 
@@ -100,6 +106,12 @@ def record(agent: str, decision: Decision, *, before: int, after: int) -> Action
 def log_action(logger: logging.Logger, action: Action) -> None:
     """Log one record on the maintaining module's logger, as loud as its outcome."""
     logger.log(
-        LOG_LEVELS[action.action], "maintain %s: %s at level %s, %d -> %d messages: %s",
-        action.agent, action.action, action.level, action.count_before, action.count_after, action.reason,
+        LOG_LEVELS[action.action],
+        "maintain %s: %s at level %s, %d -> %d messages: %s",
+        action.agent,
+        action.action,
+        action.level,
+        action.count_before,
+        action.count_after,
+        action.reason,
     )

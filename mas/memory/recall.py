@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Sequence
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -181,8 +182,9 @@ def stats(settings: Settings, agent: str) -> RecallStats:
     _check_agent(agent)
     with session_scope(settings) as session:
         total, oldest, newest = session.execute(
-            sa.select(sa.func.count(), sa.func.min(AgentMessage.created_at), sa.func.max(AgentMessage.created_at))
-            .where(AgentMessage.agent == agent)
+            sa.select(
+                sa.func.count(), sa.func.min(AgentMessage.created_at), sa.func.max(AgentMessage.created_at)
+            ).where(AgentMessage.agent == agent)
         ).one()
         return RecallStats(total=total, live=_live_count(session, agent), oldest=oldest, newest=newest)
 
@@ -280,9 +282,10 @@ def _lock(session: Session, agent: str) -> AgentBuffer:
         .on_conflict_do_nothing(index_elements=[AgentBuffer.agent])
     )
     return session.execute(
-        sa.select(AgentBuffer).where(AgentBuffer.agent == agent).with_for_update().execution_options(
-            populate_existing=True
-        )
+        sa.select(AgentBuffer)
+        .where(AgentBuffer.agent == agent)
+        .with_for_update()
+        .execution_options(populate_existing=True)
     ).scalar_one()
 
 
@@ -312,11 +315,12 @@ def _evict(session: Session, messages: Sequence[Message]) -> None:
 
 
 def _clear(session: Session, buffer: AgentBuffer, *, keep_summary: bool) -> int:
-    cleared = session.execute(
+    result = session.execute(
         sa.update(AgentMessage)
         .where(AgentMessage.agent == buffer.agent, AgentMessage.in_context)
         .values(in_context=False)
-    ).rowcount
+    )
+    cleared = cast(sa.CursorResult, result).rowcount  # an UPDATE answers with a CursorResult
     if not keep_summary:
         buffer.summary = ""
     buffer.failed_summaries = 0
@@ -325,9 +329,7 @@ def _clear(session: Session, buffer: AgentBuffer, *, keep_summary: bool) -> int:
 
 
 def _live_count(session: Session, agent: str) -> int:
-    return session.scalar(
-        sa.select(sa.func.count()).where(AgentMessage.agent == agent, AgentMessage.in_context)
-    ) or 0
+    return session.scalar(sa.select(sa.func.count()).where(AgentMessage.agent == agent, AgentMessage.in_context)) or 0
 
 
 def _oldest_live(session: Session, agent: str, limit: int) -> list[Message]:
@@ -341,8 +343,14 @@ def _oldest_live(session: Session, agent: str, limit: int) -> list[Message]:
 
 
 def _message(row: AgentMessage) -> Message:
-    return Message(id=row.id, agent=row.agent, role=row.role, content=row.content,
-                   in_context=row.in_context, created_at=row.created_at)
+    return Message(
+        id=row.id,
+        agent=row.agent,
+        role=row.role,
+        content=row.content,
+        in_context=row.in_context,
+        created_at=row.created_at,
+    )
 
 
 def _digest_line(message: Message) -> str:

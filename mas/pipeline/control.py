@@ -11,13 +11,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from mas import names
-from mas.pipeline import states
-from mas.runtime.app import app_for
 from mas.db import session_scope
 from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video
+from mas.pipeline import states
 from mas.pipeline.outcomes import finish_video
+from mas.runtime.app import app_for
 
 CANCELLED = "cancelled by the user"
 OVER = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
@@ -39,12 +39,30 @@ def cancel_batch(settings, batch_id: int) -> list[int]:
             sa.select(Video.id).where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
         ).all()
         cancelled = [video_id for video_id in live if states.cancel(session, video_id, CANCELLED)]
-        blocks.update(settings, "production_queue", lambda v: {
-            "QUEUE_STATUS": "complete", "IN_PROGRESS": None, "PENDING_VIDEOS": [],
-        } if v["BATCH_ID"] == str(batch_id) else {}, actor="cli", session=session)
-        blocks.update(settings, "session_state", lambda v: {
-            "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch_id],
-        }, actor="cli", session=session)
+        blocks.update(
+            settings,
+            "production_queue",
+            lambda v: (
+                {
+                    "QUEUE_STATUS": "complete",
+                    "IN_PROGRESS": None,
+                    "PENDING_VIDEOS": [],
+                }
+                if v["BATCH_ID"] == str(batch_id)
+                else {}
+            ),
+            actor="cli",
+            session=session,
+        )
+        blocks.update(
+            settings,
+            "session_state",
+            lambda v: {
+                "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch_id],
+            },
+            actor="cli",
+            session=session,
+        )
     return cancelled
 
 
@@ -87,8 +105,13 @@ def continue_batch(settings, batch_id: int) -> None:
 
 def _queue_status(settings, session, batch_id: int, status: str) -> None:
     """`production_queue.QUEUE_STATUS`, when the block is about this batch."""
-    blocks.update(settings, "production_queue", lambda v: {"QUEUE_STATUS": status} if v["BATCH_ID"] == str(batch_id)
-                  else {}, actor="cli", session=session)
+    blocks.update(
+        settings,
+        "production_queue",
+        lambda v: {"QUEUE_STATUS": status} if v["BATCH_ID"] == str(batch_id) else {},
+        actor="cli",
+        session=session,
+    )
 
 
 def _batch(session, batch_id: int) -> Batch:

@@ -31,6 +31,7 @@ from mas.errors import PermanentError
 
 log = logging.getLogger(__name__)
 
+
 class StepGivenUp(PermanentError):
     """The step was claimed more often than allowed: whatever runs it kills its worker."""
 
@@ -65,10 +66,17 @@ def claim(settings: Settings, *, video_id: int, attempt: int, step: str) -> Leas
     """The lease of this step, or None when another delivery holds a live one (leave the work to it)."""
     token = uuid.uuid4().hex
     with ready_engine(settings).begin() as conn:
-        claims = conn.execute(_CLAIM, dict(
-            video_id=video_id, attempt=attempt, step=step, token=token, worker=_worker(),
-            expiry=settings.lease_expiry_seconds,
-        )).scalar_one_or_none()
+        claims = conn.execute(
+            _CLAIM,
+            dict(
+                video_id=video_id,
+                attempt=attempt,
+                step=step,
+                token=token,
+                worker=_worker(),
+                expiry=settings.lease_expiry_seconds,
+            ),
+        ).scalar_one_or_none()
     if claims is None:
         return None
     return Lease(video_id=video_id, attempt=attempt, step=step, token=token, claims=claims)
@@ -77,19 +85,28 @@ def claim(settings: Settings, *, video_id: int, attempt: int, step: str) -> Leas
 def renew(settings: Settings, lease: Lease) -> bool:
     """Beat the lease's heart; False when it was taken over (its heartbeat had stopped for too long)."""
     with ready_engine(settings).begin() as conn:
-        return conn.execute(sa.text(
-            "update step_leases set heartbeat_at = now() "
-            "where video_id = :v and attempt = :a and step = :s and token = :t"
-        ), dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token)).rowcount == 1
+        return (
+            conn.execute(
+                sa.text(
+                    "update step_leases set heartbeat_at = now() "
+                    "where video_id = :v and attempt = :a and step = :s and token = :t"
+                ),
+                dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token),
+            ).rowcount
+            == 1
+        )
 
 
 def release(settings: Settings, lease: Lease) -> None:
     """End the lease (the step finished or failed); its claim count stays for the record."""
     with ready_engine(settings).begin() as conn:
-        conn.execute(sa.text(
-            "update step_leases set token = null, heartbeat_at = now() "
-            "where video_id = :v and attempt = :a and step = :s and token = :t"
-        ), dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token))
+        conn.execute(
+            sa.text(
+                "update step_leases set token = null, heartbeat_at = now() "
+                "where video_id = :v and attempt = :a and step = :s and token = :t"
+            ),
+            dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token),
+        )
 
 
 def running(settings: Settings) -> set[int]:
@@ -105,14 +122,19 @@ def dead(settings: Settings) -> set[int]:
 def last_activity(settings: Settings) -> dict:
     """Per video, when a step of it last showed life (claimed, renewed or released its lease)."""
     with ready_engine(settings).begin() as conn:
-        return dict(conn.execute(sa.text("select video_id, max(heartbeat_at) from step_leases group by video_id")).all())
+        return dict(
+            conn.execute(sa.text("select video_id, max(heartbeat_at) from step_leases group by video_id")).all()
+        )
 
 
 def _videos(settings: Settings, condition: str) -> set[int]:
     with ready_engine(settings).begin() as conn:
-        return set(conn.execute(sa.text(
-            f"select distinct video_id from step_leases where token is not null and {condition}"
-        ), dict(expiry=settings.lease_expiry_seconds)).scalars())
+        return set(
+            conn.execute(
+                sa.text(f"select distinct video_id from step_leases where token is not null and {condition}"),
+                dict(expiry=settings.lease_expiry_seconds),
+            ).scalars()
+        )
 
 
 @contextmanager
@@ -154,8 +176,9 @@ def _heartbeat(settings: Settings, lease: Lease) -> Iterator[None]:
         while not stop.wait(settings.lease_heartbeat_seconds):
             try:
                 if not renew(settings, lease):
-                    log.error("lease of %s video %s attempt %s was taken over", lease.step, lease.video_id,
-                              lease.attempt)
+                    log.error(
+                        "lease of %s video %s attempt %s was taken over", lease.step, lease.video_id, lease.attempt
+                    )
                     return
             except Exception as exc:  # the database is briefly away: keep trying until it answers
                 log.warning("lease heartbeat failed: %s", exc)

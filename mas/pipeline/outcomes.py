@@ -10,7 +10,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from mas import names
-from mas.pipeline import states
 from mas.db import rows_changed, session_scope
 from mas.memory import blocks
 from mas.models import (
@@ -22,6 +21,7 @@ from mas.models import (
     Video,
     VideoState,
 )
+from mas.pipeline import states
 from mas.pipeline.steps import StepPayload
 from mas.redaction import redact_text
 
@@ -33,12 +33,14 @@ PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOT
 
 def pending_videos(session, batch_id: int) -> list[int]:
     """The next unfinished videos of a batch, as many as a core block comfortably holds."""
-    return list(session.scalars(
-        sa.select(Video.id)
-        .where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
-        .order_by(Video.position)
-        .limit(PENDING_SHOWN)
-    ))
+    return list(
+        session.scalars(
+            sa.select(Video.id)
+            .where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
+            .order_by(Video.position)
+            .limit(PENDING_SHOWN)
+        )
+    )
 
 
 def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
@@ -53,9 +55,13 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
     due = False
     with session_scope(settings) as session:
         session.execute(
-            sa.update(Attempt).where(Attempt.video_id == payload.video_id, Attempt.number == payload.attempt)
-            .values(failure_reasons=sa.func.coalesce(Attempt.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
-                sa.func.jsonb_build_array(reason)))
+            sa.update(Attempt)
+            .where(Attempt.video_id == payload.video_id, Attempt.number == payload.attempt)
+            .values(
+                failure_reasons=sa.func.coalesce(Attempt.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
+                    sa.func.jsonb_build_array(reason)
+                )
+            )
         )
         if states.fail(session, payload.video_id, reason):
             due = finish_video(settings, session, payload.video_id)
@@ -66,11 +72,21 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
 def fail_batch(settings, batch_id: int, reason: str) -> bool:
     """A batch whose planning failed for good ends `failed` with the reason; False if it was not queued."""
     with session_scope(settings) as session:
-        return rows_changed(session, (
-            sa.update(Batch).where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
-            .values(status=BatchStatus.failed, failure_reason=redact_text(reason, settings.secret_values())[:1000],
-                    updated_at=sa.func.now())
-        )) == 1
+        return (
+            rows_changed(
+                session,
+                (
+                    sa.update(Batch)
+                    .where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
+                    .values(
+                        status=BatchStatus.failed,
+                        failure_reason=redact_text(reason, settings.secret_values())[:1000],
+                        updated_at=sa.func.now(),
+                    )
+                ),
+            )
+            == 1
+        )
 
 
 def fail_planning(task, exc, task_id, args, kwargs, einfo) -> None:
@@ -105,26 +121,43 @@ def finish_video(settings, session, video_id: int) -> bool:
     if batch.series_id and video.state == S.accepted:
         series = session.execute(sa.select(Series).where(Series.id == batch.series_id).with_for_update()).scalar_one()
         series.episodes_completed += 1
-        blocks.update(settings, "current_series", lambda v: {
-            "EPISODES_COMPLETED": series.episodes_completed
-        } if v["ACTIVE_SERIES"] == series.name else {}, actor="cameraman", session=session)
-    live = session.scalar(
-        sa.select(sa.func.count()).select_from(Video).where(
-            Video.batch_id == batch.id, Video.state.not_in(list(states.TERMINAL))
+        blocks.update(
+            settings,
+            "current_series",
+            lambda v: {"EPISODES_COMPLETED": series.episodes_completed} if v["ACTIVE_SERIES"] == series.name else {},
+            actor="cameraman",
+            session=session,
         )
+    live = session.scalar(
+        sa.select(sa.func.count())
+        .select_from(Video)
+        .where(Video.batch_id == batch.id, Video.state.not_in(list(states.TERMINAL)))
     )
     if live == 0 and batch.status == BatchStatus.running:
         batch.status = BatchStatus.done
         batch.updated_at = sa.func.now()
-        blocks.update(settings, "production_queue", lambda v: {"QUEUE_STATUS": "complete"} if v["BATCH_ID"] == str(batch.id) else {}, actor="director", session=session)
-        blocks.update(settings, "session_state", lambda v: {
-            "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id],
-            "IN_PROGRESS_PROJECT": None,
-            "QUEUED_VIDEOS": [],
-            "LAST_ACTIVITY": blocks.now_iso(),
-        }, actor="director", session=session)
+        blocks.update(
+            settings,
+            "production_queue",
+            lambda v: {"QUEUE_STATUS": "complete"} if v["BATCH_ID"] == str(batch.id) else {},
+            actor="director",
+            session=session,
+        )
+        blocks.update(
+            settings,
+            "session_state",
+            lambda v: {
+                "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id],
+                "IN_PROGRESS_PROJECT": None,
+                "QUEUED_VIDEOS": [],
+                "LAST_ACTIVITY": blocks.now_iso(),
+            },
+            actor="director",
+            session=session,
+        )
     interactions = session.execute(
-        pg_insert(AgentBuffer).values(agent="director", summary="", failed_summaries=0, interactions=1)
+        pg_insert(AgentBuffer)
+        .values(agent="director", summary="", failed_summaries=0, interactions=1)
         .on_conflict_do_update(index_elements=["agent"], set_={"interactions": AgentBuffer.interactions + 1})
         .returning(AgentBuffer.interactions)
     ).scalar_one()

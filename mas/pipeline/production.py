@@ -11,14 +11,14 @@ import redis
 import sqlalchemy as sa
 
 from mas import names
-from mas.runtime.app import app_for, queue_of
-from mas.runtime.clients import redis_client
 from mas.db import session_scope
 from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
 from mas.names import Priority
-from mas.redaction import redact_url
 from mas.pipeline.requests import ProductionRequest, parse_request
+from mas.redaction import redact_url
+from mas.runtime.app import app_for, queue_of
+from mas.runtime.clients import redis_client
 
 
 def priority_for(settings, request: ProductionRequest, asked: str | None) -> Priority:
@@ -51,8 +51,13 @@ def new_batch(session, request: ProductionRequest, *, priority: Priority, user: 
     """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for.
     `kind`, `theme` and `total` repeat the spec for the readers of batches (status, gallery)."""
     batch = Batch(
-        request=request.text, kind=request.kind, theme=request.theme, total=request.count, user_name=user,
-        spec=request.to_json(), priority=priority,
+        request=request.text,
+        kind=request.kind,
+        theme=request.theme,
+        total=request.count,
+        user_name=user,
+        spec=request.to_json(),
+        priority=priority,
     )
     session.add(batch)
     session.flush()
@@ -69,8 +74,11 @@ def check_broker(settings) -> None:
     urls = {settings.effective_broker_url, settings.effective_result_backend}
     for url in sorted(urls):
         try:
-            client = redis_client(settings) if url == settings.effective_broker_url else redis.Redis.from_url(
-                url, socket_connect_timeout=5, socket_timeout=5)
+            client = (
+                redis_client(settings)
+                if url == settings.effective_broker_url
+                else redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+            )
             client.ping()
         except (redis.RedisError, OSError, ValueError) as exc:
             raise BrokerUnavailable(
@@ -134,7 +142,9 @@ def cancel_schedule(settings, schedule_id: int) -> bool:
     """Cancel a schedule that has not run; False when there is no such pending schedule."""
     with session_scope(settings) as session:
         result = session.execute(
-            sa.update(Schedule).where(Schedule.id == schedule_id, Schedule.status == "scheduled").values(status="cancelled")
+            sa.update(Schedule)
+            .where(Schedule.id == schedule_id, Schedule.status == "scheduled")
+            .values(status="cancelled")
         )
         return result.rowcount == 1
 

@@ -14,13 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
 
 from mas import names
-from mas.runtime.app import app_for, queue_keys
-from mas.runtime.clients import redis_client
 from mas.config import Settings
 from mas.db import session_scope
+from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, Batch, Schedule, Video
-from mas.learning.promotion import expectation_text
+from mas.runtime.app import app_for, queue_keys
+from mas.runtime.clients import redis_client
 
 
 def batch_overview(settings: Settings, batch_id: int | None = None) -> Batch | None:
@@ -87,11 +87,18 @@ def gpu_summary(settings: Settings) -> GpuSummary:
             continue
         stats = json.loads(raw)
         residency = stats.get("residency") or {}
-        workers.append(GpuWorker(
-            name=stats["worker"], device=stats["device"], turns=stats["turns"], busy_seconds=stats["busy_seconds"],
-            loads=residency.get("loads"), evictions=residency.get("evictions"), swaps=residency.get("swaps"),
-            resident=list(residency.get("resident") or []),
-        ))
+        workers.append(
+            GpuWorker(
+                name=stats["worker"],
+                device=stats["device"],
+                turns=stats["turns"],
+                busy_seconds=stats["busy_seconds"],
+                loads=residency.get("loads"),
+                evictions=residency.get("evictions"),
+                swaps=residency.get("swaps"),
+                resident=list(residency.get("resident") or []),
+            )
+        )
     return GpuSummary(urgent_waiting=urgent, renders_waiting=renders, gradings_waiting=gradings, workers=workers)
 
 
@@ -101,5 +108,9 @@ def expectation(settings: Settings, test_id: int) -> str:
         test = session.get(ABTest, test_id)
         if test is None:
             return f"there is no A/B test {test_id}"
-        return expectation_text(expected=test.expected_label, probability=test.expected_probability,
-                                by=test.expected_by, winner=test.winner_label)
+        return expectation_text(
+            expected=test.expected_label,
+            probability=test.expected_probability,
+            by=test.expected_by,
+            winner=test.winner_label,
+        )

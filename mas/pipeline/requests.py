@@ -19,9 +19,26 @@ from mas.errors import InvalidInput
 from mas.text import check_storable
 
 NUMBER_WORDS = {
-    "a": 1, "an": 1, "one": 1, "single": 1, "two": 2, "pair": 2, "couple": 2, "three": 3, "four": 4,
-    "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
-    "fifteen": 15, "twenty": 20, "dozen": 12,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "single": 1,
+    "two": 2,
+    "pair": 2,
+    "couple": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "fifteen": 15,
+    "twenty": 20,
+    "dozen": 12,
 }
 _COUNT = r"(?P<count>-?\d+|" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r")"
 _UNIT = r"(?:videos?|clips?|shorts?|films?|shots?|scenes?)"
@@ -76,7 +93,7 @@ class ProductionRequest:
                 f"an A/B test has at most {MAX_VARIATIONS} variations (labelled A to Z), got {self.count}"
             )
         if not self.theme:
-            raise RequestError(f"{self.count} video(s) of what? Add a theme, e.g. \"... of mythical creatures\"")
+            raise RequestError(f'{self.count} video(s) of what? Add a theme, e.g. "... of mythical creatures"')
         if (self.kind == "series") != bool(self.series_name):
             raise RequestError("a series request needs a series name, and only a series request has one")
         if self.series_name and len(self.series_name) > MAX_SERIES_NAME:
@@ -90,16 +107,20 @@ class ProductionRequest:
         """`episodes` more episodes of the series `name`, taken whole as the user gave it."""
         name = _part(name, "the series name", settings)
         _check_count(episodes, settings)
-        return cls(kind="series", count=episodes, theme=name, series_name=name,
-                   text=f"Create {episodes} episode(s) of the series \"{name}\"")
+        return cls(
+            kind="series",
+            count=episodes,
+            theme=name,
+            series_name=name,
+            text=f'Create {episodes} episode(s) of the series "{name}"',
+        )
 
     @classmethod
     def ab(cls, concept: str, *, variations: int, settings: Settings) -> ProductionRequest:
         """An A/B test of `variations` variations of `concept`, taken whole as the user gave it."""
         concept = _part(concept, "the concept", settings)
         _check_count(variations, settings)
-        return cls(kind="ab", count=variations, theme=concept,
-                   text=f"Generate {variations} variations of \"{concept}\"")
+        return cls(kind="ab", count=variations, theme=concept, text=f'Generate {variations} variations of "{concept}"')
 
     def to_json(self) -> dict:
         """The request as stored (a batch's or a schedule's `spec`)."""
@@ -166,14 +187,17 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
     """Read `text` into a ProductionRequest, or raise RequestError saying what is missing."""
     text = (text or "").strip()
     if not text:
-        raise RequestError("the request is empty: say what to make, e.g. \"Create 3 videos of dragons\"")
+        raise RequestError('the request is empty: say what to make, e.g. "Create 3 videos of dragons"')
     _check_length(text, "the request", settings)
     # a quoted concept runs from the first opening quote to the last closing one (quotes inside it stay),
     # and only the words outside it say what kind of work this is
     quoted = re.search(r"[\"“](.+)[\"”]", text)
-    outside = text[: quoted.start()] + "\x00" + text[quoted.end():] if quoted else text
-    found = [(m.start(), kind, m) for kind, pattern in (("series", _SERIES), ("ab", _VARIATIONS), ("batch", _BATCH))
-             if (m := pattern.search(outside))]
+    outside = text[: quoted.start()] + "\x00" + text[quoted.end() :] if quoted else text
+    found = [
+        (m.start(), kind, m)
+        for kind, pattern in (("series", _SERIES), ("ab", _VARIATIONS), ("batch", _BATCH))
+        if (m := pattern.search(outside))
+    ]
     kind = min(found, key=lambda f: f[0])[1] if found else None  # the first one the request says
     m = next((match for _, k, match in found if k == kind), None)
     if kind == "series":
@@ -182,19 +206,19 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
         theme = name or ""
     elif kind == "ab":
         count, name = _count(m["count"]), None
-        after = outside[m.end():]
+        after = outside[m.end() :]
         t = _THEME.search(after)
         theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else after)
     elif kind == "batch":
         count, name = _count(m["count"]), None
-        t = _THEME.search(outside[m.end():])
+        t = _THEME.search(outside[m.end() :])
         theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else "")
     else:
         t = _THEME.search(text)
         if t is None and quoted is None:
             raise RequestError(
-                "I can't tell how many videos or of what: try \"Create 5 videos of <theme>\", "
-                "\"Create a 3-part <name> series\" or \"Generate 3 variations of <concept>\""
+                'I can\'t tell how many videos or of what: try "Create 5 videos of <theme>", '
+                '"Create a 3-part <name> series" or "Generate 3 variations of <concept>"'
             )
         count, kind, name = 1, "batch", None
         theme = quoted[1].strip() if quoted else _clean_theme(t["theme"])

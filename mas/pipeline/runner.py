@@ -32,15 +32,15 @@ from celery.exceptions import Ignore
 from sqlalchemy.orm import Session
 
 from mas import names
-from mas.pipeline import leases, states
-from mas.runtime.app import AgentStepTask, GpuStepTask, prioritized
 from mas.config import Settings
 from mas.db import session_scope
-from mas.pipeline.leases import Lease
 from mas.models import Video, VideoState
 from mas.names import Priority
+from mas.pipeline import leases, states
+from mas.pipeline.leases import Lease
 from mas.pipeline.outcomes import fail_on_error, finish_video
 from mas.pipeline.steps import BY_STATE, Step, StepPayload, after, order
+from mas.runtime.app import AgentStepTask, GpuStepTask, prioritized
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,14 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
                 return payload.to_json()
             if video is None or not _due(step, video, payload) or not states.steps_may_run(session, video.id):
                 raise Ignore()
-            run = StepRun(step=step, payload=payload, settings=settings.for_user(video.batch.user_name), lease=lease,
-                          priority=priority_of(task), task=task)
+            run = StepRun(
+                step=step,
+                payload=payload,
+                settings=settings.for_user(video.batch.user_name),
+                lease=lease,
+                priority=priority_of(task),
+                task=task,
+            )
             inputs = body.prepare(run, session, video)
         result = body.work(run, inputs)
         with session_scope(settings) as session:
@@ -131,8 +137,9 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
                 log.info("%s: the video moved on meanwhile (cancelled or failed); nothing recorded", run.describe())
                 raise Ignore()
             outcome = body.record(run, session, video, result)
-            if not states.transition(session, video.id, step.state, outcome.state, attempt=payload.attempt,
-                                     **outcome.values):
+            if not states.transition(
+                session, video.id, step.state, outcome.state, attempt=payload.attempt, **outcome.values
+            ):
                 raise Ignore()
             consolidation_due = outcome.state in states.TERMINAL and finish_video(run.settings, session, video.id)
     if outcome.then is not None:
@@ -153,7 +160,9 @@ def _due(step: Step, video: Video | None, payload: StepPayload) -> bool:
 def _done_before(step: Step, video: Video | None, payload: StepPayload) -> bool:
     """The video is further along in the same attempt: this step's work is committed."""
     return (
-        video is not None and video.attempt_count == payload.attempt and video.state not in states.TERMINAL
+        video is not None
+        and video.attempt_count == payload.attempt
+        and video.state not in states.TERMINAL
         and order(video.state) > order(step.state)
     )
 

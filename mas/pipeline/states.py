@@ -61,7 +61,9 @@ def transition(
 
 def attempt_row(session: Session, video_id: int, number: int) -> Attempt:
     """Attempt `number` of a video (it exists once the Writer has written it)."""
-    return session.execute(sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == number)).scalar_one()
+    return session.execute(
+        sa.select(Attempt).where(Attempt.video_id == video_id, Attempt.number == number)
+    ).scalar_one()
 
 
 def fail(session: Session, video_id: int, reason: str) -> bool:

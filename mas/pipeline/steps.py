@@ -41,15 +41,40 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step(name="write", task=names.WRITE_PROMPT, queue=names.CPU_QUEUE, state=S.writing, leads_to=(S.rendering,),
-         work="the Writer writes the attempt's prompt from the concept, the user's style and past outcomes"),
-    Step(name="render", task=names.GENERATE_VIDEO, queue=names.GPU_QUEUE, state=S.rendering, leads_to=(S.grading,),
-         work="the video backend renders the prompt to an mp4", on_gpu=True),
-    Step(name="grade", task=names.EVALUATE_VIDEO, queue=names.GRADE_QUEUE, state=S.grading, leads_to=(S.reviewing,),
-         work="the grader scores the render per axis and grades it", on_gpu=True),
-    Step(name="review", task=names.REVIEW, queue=names.CPU_QUEUE, state=S.reviewing,
-         leads_to=(S.accepted, S.writing, S.failed),
-         work="the Cameraman accepts the attempt, refines it (the next attempt's write) or gives the video up"),
+    Step(
+        name="write",
+        task=names.WRITE_PROMPT,
+        queue=names.CPU_QUEUE,
+        state=S.writing,
+        leads_to=(S.rendering,),
+        work="the Writer writes the attempt's prompt from the concept, the user's style and past outcomes",
+    ),
+    Step(
+        name="render",
+        task=names.GENERATE_VIDEO,
+        queue=names.GPU_QUEUE,
+        state=S.rendering,
+        leads_to=(S.grading,),
+        work="the video backend renders the prompt to an mp4",
+        on_gpu=True,
+    ),
+    Step(
+        name="grade",
+        task=names.EVALUATE_VIDEO,
+        queue=names.GRADE_QUEUE,
+        state=S.grading,
+        leads_to=(S.reviewing,),
+        work="the grader scores the render per axis and grades it",
+        on_gpu=True,
+    ),
+    Step(
+        name="review",
+        task=names.REVIEW,
+        queue=names.CPU_QUEUE,
+        state=S.reviewing,
+        leads_to=(S.accepted, S.writing, S.failed),
+        work="the Cameraman accepts the attempt, refines it (the next attempt's write) or gives the video up",
+    ),
 )
 """In the order an attempt runs them."""
 
@@ -70,7 +95,7 @@ def step_named(name: str) -> Step:
 
 def after(step: Step) -> tuple[Step, ...]:
     """The steps that follow `step` in the same attempt."""
-    return STEPS[STEPS.index(step) + 1:]
+    return STEPS[STEPS.index(step) + 1 :]
 
 
 def order(state: VideoState) -> int:

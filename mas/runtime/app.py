@@ -22,13 +22,13 @@ from kombu.transport.redis import PRIORITY_STEPS
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from mas import names
-from mas.runtime.clients import redis_client
 from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.pipeline.steps import STEPS, Step
-from mas.runtime.queue_order import StickyCycle
 from mas.redaction import redact_logs
+from mas.runtime.clients import redis_client
+from mas.runtime.queue_order import StickyCycle
 from mas.singletons import per_process
 
 log = logging.getLogger(__name__)
@@ -103,9 +103,16 @@ class StudioTask(Task):
             settings = self.app.settings
             every = settings.agent_retry_backoff_max_seconds
             tries = max(1, math.ceil(settings.peer_wait_seconds / every))
-            log.warning("%s[%s] waits for a peer (%d of %d, every %d s): %s",
-                        self.name, self.request.id, self.request.retries + 1, tries, every, exc)
-            raise self.retry(exc=exc, countdown=every, max_retries=tries)
+            log.warning(
+                "%s[%s] waits for a peer (%d of %d, every %d s): %s",
+                self.name,
+                self.request.id,
+                self.request.retries + 1,
+                tries,
+                every,
+                exc,
+            )
+            raise self.retry(exc=exc, countdown=every, max_retries=tries) from exc
 
 
 class AgentTask(StudioTask):
@@ -193,6 +200,7 @@ def celery_config(settings: Settings) -> dict:
             StickyCycle, streak_limit=settings.gpu_streak_limit, urgent_streak_limit=settings.priority_streak_limit
         ),
     }
+
     def queue(step: Step) -> str:
         return GPU_QUEUE if step.queue == GRADE_QUEUE and not settings.gpu_grouping else step.queue
 

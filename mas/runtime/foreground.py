@@ -50,10 +50,18 @@ class Child:
 def studio_children(settings: Settings, *, concurrency: int | None = None, loglevel: str = "INFO") -> list[Child]:
     """The studio of one machine: a cpu worker, a gpu worker and beat."""
     return [
-        Child(label="cpu", argv=worker_argv(settings, "cpu", concurrency=concurrency, loglevel=loglevel), ready_text=" ready."),
+        Child(
+            label="cpu",
+            argv=worker_argv(settings, "cpu", concurrency=concurrency, loglevel=loglevel),
+            ready_text=" ready.",
+        ),
         Child(label="gpu", argv=worker_argv(settings, "gpu", loglevel=loglevel), ready_text=" ready."),
-        Child(label="beat", argv=beat_argv(settings, loglevel=loglevel), ready_text="beat: Starting...",
-              cold_signal=signal.SIGTERM),
+        Child(
+            label="beat",
+            argv=beat_argv(settings, loglevel=loglevel),
+            ready_text="beat: Starting...",
+            cold_signal=signal.SIGTERM,
+        ),
     ]
 
 
@@ -103,8 +111,14 @@ class Supervisor:
 
     def _start(self, child: Child) -> None:
         proc = subprocess.Popen(
-            child.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"}, process_group=0,
+            child.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            process_group=0,
         )
         self._procs[child.label] = proc
         self.say(f"started {child.label} (pid {proc.pid})")
@@ -199,7 +213,11 @@ def _exit_reason(returncode: int) -> str:
 
 
 def run_studio(
-    settings: Settings, *, concurrency: int | None = None, loglevel: str = "INFO", grace_s: float = 30.0,
+    settings: Settings,
+    *,
+    concurrency: int | None = None,
+    loglevel: str = "INFO",
+    grace_s: float = 30.0,
     ready_message: str = "",
 ) -> None:
     """Run the studio of one machine in the foreground until Ctrl-C / SIGTERM (or a child's death)."""

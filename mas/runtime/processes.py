@@ -34,8 +34,19 @@ def worker_argv(
         pool = ["-P", "prefork", "-c", str(concurrency or settings.cpu_concurrency)]
         default_name = f"{kind}@%h"
     return _celery(
-        "-A", "mas", "worker", "-Q", ",".join(names.WORKER_QUEUES[kind]), *pool,
-        "--prefetch-multiplier", "1", "-n", name or default_name, "-l", loglevel, "-E",
+        "-A",
+        "mas",
+        "worker",
+        "-Q",
+        ",".join(names.WORKER_QUEUES[kind]),
+        *pool,
+        "--prefetch-multiplier",
+        "1",
+        "-n",
+        name or default_name,
+        "-l",
+        loglevel,
+        "-E",
     )
 
 

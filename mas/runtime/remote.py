@@ -12,9 +12,9 @@ from typing import Any
 from celery.exceptions import TimeoutError as ResultTimeout
 
 from mas import names
-from mas.runtime.app import app_for
 from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError
+from mas.runtime.app import app_for
 
 
 class NoWorkerAnswered(PeerUnavailable, TimeoutError):

@@ -8,7 +8,6 @@ data folder. The runtime clients that workers use are in `mas.runtime.clients`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from urllib.parse import urlsplit
 
 import redis
@@ -21,8 +20,18 @@ from mas.runtime.embedded.common import ServiceError, first_line
 from mas.runtime.embedded.postgres import postmaster, sqlalchemy_url, start_postgres, stop_postgres
 from mas.runtime.embedded.redis import redis_ping, redis_process, redis_workdir, start_redis, stop_redis
 
-__all__ = ["ServiceError", "ServiceInfo", "database_url", "describe", "down", "up", "start_postgres",
-           "stop_postgres", "start_redis", "stop_redis"]
+__all__ = [
+    "ServiceError",
+    "ServiceInfo",
+    "database_url",
+    "describe",
+    "down",
+    "up",
+    "start_postgres",
+    "stop_postgres",
+    "start_redis",
+    "stop_redis",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +76,9 @@ def _external_redis(url: str, timeout: float = 5) -> redis.Redis:
     parts = urlsplit(url)
     if parts.scheme in ("redis+socket", "socket"):
         return redis.Redis(
-            unix_socket_path=parts.path, socket_timeout=timeout, socket_connect_timeout=timeout,
+            unix_socket_path=parts.path,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
         )
     return redis.Redis.from_url(

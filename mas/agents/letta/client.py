@@ -72,4 +72,3 @@ def _status_detail(exc: Exception) -> str:
     if isinstance(body, dict) and body.get("detail"):
         return str(body["detail"])[:STATUS_DETAIL_CHARS]
     return str(exc)[:STATUS_DETAIL_CHARS]
-

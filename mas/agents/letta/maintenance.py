@@ -17,9 +17,9 @@ from contextlib import nullcontext
 
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaError, LettaUnavailable
-from mas.agents.serial import agent_turn
 from mas.agents.letta.server import ROLES, in_context, role_agents, sleeptime_group
 from mas.agents.letta.status import health
+from mas.agents.serial import agent_turn
 from mas.config import Settings
 from mas.locks import LockTimeout
 from mas.memory import buffer_policy

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Protocol, cast
 
 from mas import db, locks, names
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaRejected
 from mas.agents.letta.prompts import SLEEPTIME_PERSONA, SLEEPTIME_PERSONA_LABEL
-from mas.agents.protocol import system_prompt
 from mas.agents.letta.server import (
     ROLES,
     TAG,
@@ -35,11 +35,12 @@ from mas.agents.letta.server import (
     block_tags,
     block_text,
     blocks_by_label,
-    letta_name,
     find_agent,
+    letta_name,
     set_sleeptime_frequency,
     sleeptime_group,
 )
+from mas.agents.protocol import system_prompt
 from mas.config import Settings
 from mas.memory.blocks import defaults
 from mas.singletons import per_process
@@ -70,7 +71,9 @@ class Provisioned:
 def _ids(role: str, agent) -> AgentIds:
     group = sleeptime_group(agent)
     return AgentIds(
-        role=role, id=agent.id, group_id=group.id if group else None,
+        role=role,
+        id=agent.id,
+        group_id=group.id if group else None,
         sleeptime_ids=tuple(group.agent_ids) if group else (),
     )
 
@@ -116,7 +119,9 @@ def _provision(settings: Settings, api) -> Provisioned:
             continue
         with translated(f"creating block {label}"):
             block = api.blocks.create(
-                label=label, value=block_text(defaults(label, settings)), limit=settings.core_block_max_chars,
+                label=label,
+                value=block_text(defaults(label, settings)),
+                limit=settings.core_block_max_chars,
                 tags=block_tags(label, settings.user),
                 description=f"{label}: one JSON object (Appendix B schema); keep it valid JSON.",
             )
@@ -132,9 +137,14 @@ def _provision(settings: Settings, api) -> Provisioned:
         if fresh:
             with translated(f"creating agent {name}"):
                 agent = api.agents.create(
-                    name=letta_name(role, settings.user), model=settings.letta_model,
-                    embedding=settings.letta_embedding, system=system_prompt(role), block_ids=list(blocks.values()),
-                    tags=agent_tags(role, settings.user), enable_sleeptime=True, description=f"mas {name}",
+                    name=letta_name(role, settings.user),
+                    model=settings.letta_model,
+                    embedding=settings.letta_embedding,
+                    system=system_prompt(role),
+                    block_ids=list(blocks.values()),
+                    tags=agent_tags(role, settings.user),
+                    enable_sleeptime=True,
+                    description=f"mas {name}",
                 )
             created.append(f"agent {name}")
             log.info("created Letta agent %s (%s)", name, agent.id)
@@ -153,17 +163,20 @@ def _repair(settings: Settings, api, role: str, agent, blocks: dict[str, str], c
             with translated(f"attaching block {label} to {name}"):
                 api.agents.blocks.attach(block_id, agent_id=agent.id)
             changed.append(f"{name}: attached block {label}")
-    if not sleeptime_group(agent):
+    group = sleeptime_group(agent)
+    if not group:
         with translated(f"enabling sleeptime on {name}"):
             api.agents.update(agent.id, enable_sleeptime=True)
         changed.append(f"{name}: enabled sleeptime")
         agent = find_agent(api, role, user=settings.user)
-        if agent is None or not sleeptime_group(agent):
+        group = sleeptime_group(agent) if agent is not None else None
+        if not group:
             raise LettaRejected(f"enabling sleeptime on {name} made no sleeptime group")
-    group = sleeptime_group(agent)
     if group.sleeptime_agent_frequency != settings.sleeptime_frequency:
         set_sleeptime_frequency(api, group.id, settings.sleeptime_frequency)
-        changed.append(f"{name}: sleeptime frequency {group.sleeptime_agent_frequency} -> {settings.sleeptime_frequency}")
+        changed.append(
+            f"{name}: sleeptime frequency {group.sleeptime_agent_frequency} -> {settings.sleeptime_frequency}"
+        )
     for sleeptime_id in group.agent_ids:
         _repair_companion(api, name, sleeptime_id, blocks, changed)
     return _ids(role, agent)
@@ -193,6 +206,12 @@ def _repair_companion(api, name: str, sleeptime_id: str, blocks: dict[str, str],
 # --- the crew a process talks to -----------------------------------------------------------------------
 
 
+class _Forgettable(Protocol):
+    """What `per_process` adds to the function it decorates (its return type does not say so)."""
+
+    def forget(self) -> None: ...
+
+
 @per_process(key=lambda settings: (settings.letta_url, settings.user))
 def _known_crew(settings: Settings) -> Provisioned:
     api = client(settings)
@@ -205,10 +224,10 @@ def crew(settings: Settings, *, refresh: bool = False) -> Provisioned:
     `refresh` looks them up again: for a caller that found an agent or block gone from the server.
     """
     if refresh:
-        _known_crew.forget()
+        cast(_Forgettable, _known_crew).forget()
     return _known_crew(settings)
 
 
 def forget() -> None:
     """Drop the ids this process looked up, so the next call looks them up again."""
-    _known_crew.forget()
+    cast(_Forgettable, _known_crew).forget()

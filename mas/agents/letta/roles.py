@@ -52,7 +52,9 @@ class RoleAgent:
             return question.reply.model_validate(value, context=question.context)
         except ValidationError as error:
             raise LettaReplyError(
-                agent=self.role, task=question.task, problem=problem(error),
+                agent=self.role,
+                task=question.task,
+                problem=problem(error),
                 excerpt=json.dumps(value)[:REPLY_EXCERPT_CHARS],
             ) from None
 

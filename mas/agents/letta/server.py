@@ -20,8 +20,8 @@ from typing import Any
 
 from mas.agents.letta.client import translated
 from mas.agents.letta.errors import LettaRejected, LettaUnavailable
-from mas.models import DEFAULT_USER, users_own
 from mas.memory.blocks import PER_USER, SCHEMAS
+from mas.models import DEFAULT_USER, users_own
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def agent_tags(role: str, user: str = DEFAULT_USER) -> list[str]:
 
 def _owner(thing) -> str:
     """The user a block or agent on the server belongs to (the default user: no user tag)."""
-    return next((t[len(USER_TAG_PREFIX):] for t in (thing.tags or []) if t.startswith(USER_TAG_PREFIX)), DEFAULT_USER)
+    return next((t[len(USER_TAG_PREFIX) :] for t in (thing.tags or []) if t.startswith(USER_TAG_PREFIX)), DEFAULT_USER)
 
 
 def blocks_by_label(api, *, user: str = DEFAULT_USER, labels=tuple(SCHEMAS)) -> dict[str, list]:
@@ -84,8 +84,11 @@ def find_agent(api, role: str, *, user: str = DEFAULT_USER):
     name = letta_name(role, user)
     with translated(f"looking up agent {agent_name(role, user)}"):
         matches = [
-            a for a in api.agents.list(
-                name=name, tags=[TAG, *user_tags(user)], match_all_tags=True,
+            a
+            for a in api.agents.list(
+                name=name,
+                tags=[TAG, *user_tags(user)],
+                match_all_tags=True,
                 include=["agent.tags", "agent.managed_group", "agent.blocks"],
             )
             if a.name == name and _owner(a) == user
@@ -99,8 +102,11 @@ def role_agents(api, role: str) -> dict[str, Any]:
     """Every user's agent for `role` (tagged `mas:<role>`; not their sleeptime companions, whatever tags
     Letta gives those), with its sleeptime group, by what the studio calls it (`agent_name`)."""
     with translated(f"listing agents {role}"):
-        found = list(api.agents.list(tags=[TAG, f"{TAG}:{role}"], match_all_tags=True,
-                                     include=["agent.tags", "agent.managed_group"]))
+        found = list(
+            api.agents.list(
+                tags=[TAG, f"{TAG}:{role}"], match_all_tags=True, include=["agent.tags", "agent.managed_group"]
+            )
+        )
     companions = {i for a in found if (group := sleeptime_group(a)) for i in group.agent_ids}
     agents: dict[str, Any] = {}
     for agent in sorted(found, key=lambda a: (str(a.created_at or ""), a.id)):  # the oldest, as find_agent

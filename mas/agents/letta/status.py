@@ -8,8 +8,8 @@ from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaError
 from mas.agents.letta.server import ROLES, blocks_by_label, find_agent, in_context, sleeptime_frequency, sleeptime_group
 from mas.config import Settings
-from mas.redaction import redact_url
 from mas.memory.blocks import SCHEMAS
+from mas.redaction import redact_url
 
 HEALTH_TIMEOUT_S = 10.0
 
@@ -77,12 +77,13 @@ def status(settings: Settings, *, api=None) -> LettaStatus:
     """Server health, shared block ids, and per agent: id, in-context messages, sleeptime frequency and
     companions (with their autoclear flag). Provisions nothing."""
     api = api or client(settings)
-    url = redact_url(settings.letta_url)
+    url = redact_url(settings.letta_url) or ""
     state = health(settings, api=api)
     if not state.ok:
         return LettaStatus(url=url, healthy=False, version=state.version, blocks={}, agents=[], error=state.detail)
-    blocks = {label: (found[0].id if found else None)
-              for label, found in blocks_by_label(api, user=settings.user).items()}
+    blocks = {
+        label: (found[0].id if found else None) for label, found in blocks_by_label(api, user=settings.user).items()
+    }
     agents = [_agent_status(settings, api, role, blocks) for role in ROLES]
     return LettaStatus(url=url, healthy=True, version=state.version, blocks=blocks, agents=agents)
 
@@ -108,14 +109,24 @@ def _agent_status(settings: Settings, api, role: str, blocks: dict[str, str | No
         for sleeptime_id in group.agent_ids:
             with translated(f"reading sleeptime agent of {role}"):
                 companion = api.agents.retrieve(sleeptime_id)
-            companions.append(CompanionStatus(
-                name=companion.name, id=companion.id, in_context=len(companion.message_ids or []),
-                autoclear=bool(companion.message_buffer_autoclear),
-            ))
+            companions.append(
+                CompanionStatus(
+                    name=companion.name,
+                    id=companion.id,
+                    in_context=len(companion.message_ids or []),
+                    autoclear=bool(companion.message_buffer_autoclear),
+                )
+            )
             if not companion.message_buffer_autoclear:
                 problems.append(f"{companion.name}: autoclear off")
     return AgentStatus(
-        role=role, id=agent.id, model=getattr(agent.llm_config, "handle", None) or getattr(agent, "model", None),
-        in_context=in_context(api, agent.id), sleeptime_frequency=frequency, group_id=group.id if group else None,
-        companions=companions, block_ids=attached, problems=problems,
+        role=role,
+        id=agent.id,
+        model=getattr(agent.llm_config, "handle", None) or getattr(agent, "model", None),
+        in_context=in_context(api, agent.id),
+        sleeptime_frequency=frequency,
+        group_id=group.id if group else None,
+        companions=companions,
+        block_ids=attached,
+        problems=problems,
     )

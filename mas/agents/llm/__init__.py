@@ -17,16 +17,22 @@ def llm_agents(settings: Settings, *, rank: Ranker | None = None, serialize: boo
     return Agents(
         director=AskingDirector(LLMAgent(settings, "director", serialize=serialize)),
         writer=AskingWriter(
-            LLMAgent(settings, "writer", serialize=serialize), candidates=settings.writer_candidates, rank=rank,
+            LLMAgent(settings, "writer", serialize=serialize),
+            candidates=settings.writer_candidates,
+            rank=rank,
         ),
         cameraman=AskingCameraman(LLMAgent(settings, "cameraman", serialize=serialize)),
-        consolidator=AskingConsolidator(
-            LLMAgent(settings, "director_sleeptime", history=False, serialize=serialize)
-        ),
+        consolidator=AskingConsolidator(LLMAgent(settings, "director_sleeptime", history=False, serialize=serialize)),
     )
 
 
 __all__ = [
-    "Exchange", "LLMAgent", "LLMError", "LLMMisconfigured", "LLMRejected", "LLMReplyError", "LLMUnavailable",
+    "Exchange",
+    "LLMAgent",
+    "LLMError",
+    "LLMMisconfigured",
+    "LLMRejected",
+    "LLMReplyError",
+    "LLMUnavailable",
     "llm_agents",
 ]

@@ -76,22 +76,37 @@ class LLMAgent:
             prompt_tokens += completion.prompt_tokens
             completion_tokens += completion.completion_tokens
             self.last = Exchange(
-                agent=self.agent, task=question.task, tries=attempt, seconds=time.monotonic() - started,
+                agent=self.agent,
+                task=question.task,
+                tries=attempt,
+                seconds=time.monotonic() - started,
                 prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens, mode=completion.mode,
+                completion_tokens=completion_tokens,
+                mode=completion.mode,
             )
             reply, trouble = _validated(question, completion.text)
             if reply is None and completion.truncated:
                 trouble = f"the reply was cut at {self.settings.llm_max_tokens} tokens (MAS_LLM_MAX_TOKENS); be brief"
             if reply is not None:
-                log.info("llm %s %s: valid reply after %d tries in %.2f s (%d+%d tokens, %s)", self.agent,
-                         question.task, attempt, self.last.seconds, prompt_tokens, completion_tokens, completion.mode)
+                log.info(
+                    "llm %s %s: valid reply after %d tries in %.2f s (%d+%d tokens, %s)",
+                    self.agent,
+                    question.task,
+                    attempt,
+                    self.last.seconds,
+                    prompt_tokens,
+                    completion_tokens,
+                    completion.mode,
+                )
                 return reply, json.dumps(reply.model_dump(), ensure_ascii=False)
             log.warning("llm %s %s: reply %d invalid: %s", self.agent, question.task, attempt, trouble)
             messages += [
-                {"role": "assistant", "content": completion.text[:REPLY_EXCERPT_CHARS * 10]},
-                {"role": "user", "content": f"That reply is invalid: {trouble}. Answer again with exactly one "
-                 f"JSON object of the shape {question.shape}, and nothing else."},
+                {"role": "assistant", "content": completion.text[: REPLY_EXCERPT_CHARS * 10]},
+                {
+                    "role": "user",
+                    "content": f"That reply is invalid: {trouble}. Answer again with exactly one "
+                    f"JSON object of the shape {question.shape}, and nothing else.",
+                },
             ]
         raise LLMReplyError(
             f"{self.agent} answered task {question.task!r} {attempt} times without a valid reply; last "

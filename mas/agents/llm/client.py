@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from mas.agents.llm.errors import LLMMisconfigured, LLMRejected, LLMUnavailable
 from mas.config import Settings
@@ -73,7 +74,9 @@ def complete(settings: Settings, messages: list[dict[str, Any]], *, schema: dict
     return completion
 
 
-def _call(settings: Settings, messages: list[dict[str, Any]], *, schema: dict[str, Any], name: str, mode: str) -> Completion:
+def _call(
+    settings: Settings, messages: list[dict[str, Any]], *, schema: dict[str, Any], name: str, mode: str
+) -> Completion:
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else ""
     api = _api(settings.llm_url, key, settings.llm_timeout_seconds)
     extra: dict[str, Any] = {}
@@ -82,12 +85,21 @@ def _call(settings: Settings, messages: list[dict[str, Any]], *, schema: dict[st
     elif mode == "json_object":  # llama.cpp's extension: a schema beside json_object
         extra["response_format"] = {"type": "json_object", "schema": schema}
     elif mode == "tools":
-        extra["tools"] = [{"type": "function", "function": {"name": REPLY_TOOL, "description": f"the {name} reply", "parameters": schema}}]
+        extra["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": REPLY_TOOL, "description": f"the {name} reply", "parameters": schema},
+            }
+        ]
         extra["tool_choice"] = {"type": "function", "function": {"name": REPLY_TOOL}}
+    wire = cast(list[ChatCompletionMessageParam], messages)  # plain role/content dicts, the API's own shape
     try:
         response = api.chat.completions.create(
-            model=settings.llm_model, messages=messages, max_tokens=settings.llm_max_tokens,
-            temperature=settings.llm_temperature, **extra,
+            model=settings.llm_model,
+            messages=wire,
+            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm_temperature,
+            **extra,
         )
     except openai.APITimeoutError:
         raise LLMUnavailable(
@@ -112,8 +124,11 @@ def _completion(response: Any, mode: str) -> Completion:
             text = choice.message.content or ""
     usage = response.usage
     return Completion(
-        text=text, mode=mode, truncated=choice is not None and choice.finish_reason == "length",
-        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0, completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        text=text,
+        mode=mode,
+        truncated=choice is not None and choice.finish_reason == "length",
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
     )
 
 

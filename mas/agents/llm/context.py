@@ -66,7 +66,7 @@ def conversation(settings: Settings, agent: str) -> list[dict[str, Any]]:
     remembered = recall.context(settings, agent)
     budget = settings.llm_context_chars
     kept: list[dict[str, Any]] = []
-    summary = remembered.summary[:budget // 3]
+    summary = remembered.summary[: budget // 3]
     budget -= len(summary)
     for message in reversed(remembered.messages):
         content = message.content[:MESSAGE_MAX_CHARS]

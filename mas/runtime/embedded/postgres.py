@@ -30,7 +30,16 @@ from pathlib import Path
 import psutil
 
 from mas.config import Settings
-from mas.runtime.embedded.common import ServiceError, alive, first_line, locked, log_tail, same_path, send_signal, wait_gone
+from mas.runtime.embedded.common import (
+    ServiceError,
+    alive,
+    first_line,
+    locked,
+    log_tail,
+    same_path,
+    send_signal,
+    wait_gone,
+)
 
 
 def sqlalchemy_url(uri: str) -> str:
@@ -246,10 +255,13 @@ def stop_postgres(settings: Settings) -> bool:
 
         try:
             subprocess.run(
-                [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(settings.pgdata), "-w", "-t", "30", "-m", "fast",
-                 "stop"],
-                check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                user=_pgdata_owner(settings), timeout=40,
+                [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(settings.pgdata), "-w", "-t", "30", "-m", "fast", "stop"],
+                check=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                user=_pgdata_owner(settings),
+                timeout=40,
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
             pass  # the signals below finish the job

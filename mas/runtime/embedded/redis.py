@@ -27,7 +27,16 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from mas.config import Settings
-from mas.runtime.embedded.common import ServiceError, alive, first_line, locked, log_tail, same_path, send_signal, wait_gone
+from mas.runtime.embedded.common import (
+    ServiceError,
+    alive,
+    first_line,
+    locked,
+    log_tail,
+    same_path,
+    send_signal,
+    wait_gone,
+)
 
 
 def _redis_binary() -> str:
@@ -88,7 +97,7 @@ def _redis_probe(settings: Settings, timeout: float = 2) -> redis.Redis:
 
 
 def _redis_state(settings: Settings) -> str:
-    """"ready", "loading" (alive, still reading its append-only file) or "down"."""
+    """ "ready", "loading" (alive, still reading its append-only file) or "down"."""
     if not settings.redis_socket.is_socket():
         return "down"
     client = _redis_probe(settings)
@@ -150,15 +159,24 @@ def start_redis(settings: Settings) -> str:
         log = workdir / "redis.log"
         args = [
             _redis_binary(),
-            "--port", "0",
-            "--unixsocket", str(settings.redis_socket),
-            "--unixsocketperm", "700",
-            "--dir", str(workdir),
-            "--daemonize", "yes",
-            "--pidfile", str(_redis_pidfile(settings)),
-            "--logfile", str(log),
-            "--appendonly", "yes",
-            "--maxmemory-policy", "noeviction",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(settings.redis_socket),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(workdir),
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(_redis_pidfile(settings)),
+            "--logfile",
+            str(log),
+            "--appendonly",
+            "yes",
+            "--maxmemory-policy",
+            "noeviction",
         ]
         try:
             subprocess.run(args, check=True, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
