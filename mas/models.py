@@ -25,6 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from mas.names import Priority
+
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
 
 DEFAULT_USER = "default"
@@ -42,7 +44,7 @@ def _user_column() -> Mapped[str]:
     return mapped_column(String(40), default=DEFAULT_USER, server_default=DEFAULT_USER, index=True)
 
 
-def _priority_column() -> Mapped[str]:
+def _priority_column() -> Mapped[Priority]:
     """The priority work runs at (`mas.names.Priority`)."""
     return mapped_column(String(8), default="normal", server_default="normal")
 
@@ -91,7 +93,7 @@ class Batch(Base):
     options: Mapped[dict] = mapped_column(JSONB, default=dict)  # no longer written: the spec and priority say it
     # the typed request (`ProductionRequest.to_json`); None only for a row written directly, not by `new_batch`
     spec: Mapped[dict | None] = mapped_column(JSONB)
-    priority: Mapped[str] = _priority_column()
+    priority: Mapped[Priority] = _priority_column()
     failure_reason: Mapped[str | None] = mapped_column(Text)
     user_name: Mapped[str] = _user_column()
     created_at: Mapped[datetime] = _now_column()
@@ -342,7 +344,7 @@ class Schedule(Base):
     request: Mapped[str] = mapped_column(Text)
     options: Mapped[dict] = mapped_column(JSONB, default=dict)  # no longer written: spec, priority, user_name
     spec: Mapped[dict | None] = mapped_column(JSONB)  # the typed request; None for one stored before 0005
-    priority: Mapped[str] = _priority_column()
+    priority: Mapped[Priority] = _priority_column()
     user_name: Mapped[str] = _user_column()
     status: Mapped[str] = mapped_column(String(16), default="scheduled")  # scheduled|sent|cancelled
     batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id"))

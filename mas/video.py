@@ -58,7 +58,7 @@ def check_video(path: Path) -> None:
     try:
         next(frames)
     finally:
-        frames.close()
+        frames.close()  # type: ignore[attr-defined]  # iter_frames is a generator: it closes the decoder
 
 
 @contextmanager

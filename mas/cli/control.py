@@ -23,6 +23,7 @@ def cancel(settings: Settings, batch: int | None, video: int | None) -> None:
         control.cancel_video(settings, video)
         console.print(f"video {video} cancelled")
         return
+    assert batch is not None  # one of the two was given
     cancelled = control.cancel_batch(settings, batch)
     console.print(f"batch {batch} cancelled ({len(cancelled)} unfinished video(s) stopped)")
 

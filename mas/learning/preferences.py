@@ -80,7 +80,7 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
             ).first()
             return Option(prompt=row.prompt if row else "", scores=dict(row.scores or {}) if row else {})
 
-        options = {lbl: final(videos[v.video_id]) for lbl, v in sorted(variations.items())}
+        options = {lbl: final(videos[v.video_id]) for lbl, v in sorted(variations.items()) if v.video_id is not None}
         expectation = expect(settings, options)
         test.expected_label, test.expected_probability, test.expected_by = (
             expectation.label,

@@ -96,7 +96,9 @@ def served(settings: Settings) -> Served:
             .limit(1)
         ).first()
         taste = PairwiseTaste.from_json(row.model.get("served", {})) if row is not None else PairwiseTaste.default()
-        if taste.is_default:  # none yet, or stored on other features: the default serves until a tune refits it
+        if (
+            row is None or taste.is_default
+        ):  # none yet, or stored on other features: the default serves until a tune refits it
             return Served(taste=taste, version=None)
         return Served(taste=taste, version=row.version, last_pick=int(row.model["last_pick"]))
 
@@ -213,6 +215,7 @@ def tune_taste(settings: Settings) -> TasteReport:
                     TasteModel.user_name == settings.user
                 )
             )
+            or 0
         )
         if current.version is None:
             on = f"predicted without each pick, over all {verdict.pairs} pairs of {len(picks)} picks"

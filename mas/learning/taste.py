@@ -301,6 +301,7 @@ def fit(picks: Sequence[Pick], *, settings: Settings) -> Fit:
         loss = _log_loss(held)
         if best is None or loss < best[0]:
             best = (loss, regularisation, held, fold_weights)
+    assert best is not None  # the grid is not empty
     _, regularisation, held, fold_weights = best
     strength, held = _interaction_strength(table, pairs, diffs, folds, fold_weights, held, regularisation)
     weights, latents = _weights(diffs, regularisation), None
@@ -338,6 +339,7 @@ def _interaction_strength(
             margins[test] = diffs[test] @ weights + pairs[test] @ interaction(table, latents)
         if best is None or _log_loss(margins) < _log_loss(best[1]):
             best = (strength, margins)
+    assert best is not None  # the grid is not empty
     return best if _log_loss(best[1]) < _log_loss(held) else (None, held)
 
 

@@ -6,16 +6,17 @@ If sending fails after the commit, the batch stays `queued` and the reconcile jo
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
 import redis
 import sqlalchemy as sa
 
 from mas import names
-from mas.db import session_scope
+from mas.db import rows_changed, session_scope
 from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
 from mas.names import Priority
-from mas.pipeline.requests import ProductionRequest, parse_request
+from mas.pipeline.requests import ProductionRequest, RequestKind, parse_request
 from mas.redaction import redact_url
 from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client
@@ -25,9 +26,10 @@ def priority_for(settings, request: ProductionRequest, asked: str | None) -> Pri
     """The priority a request runs at: what was asked, else high for an A/B test (MAS_AB_PRIORITY: a person
     waits to pick), else normal."""
     if asked is not None:
-        if asked not in names.PRIORITIES:
-            raise InvalidInput(f"unknown priority {asked!r}; use one of {', '.join(names.PRIORITIES)}")
-        return asked
+        for priority in names.PRIORITIES:
+            if asked == priority:
+                return priority
+        raise InvalidInput(f"unknown priority {asked!r}; use one of {', '.join(names.PRIORITIES)}")
     return settings.ab_priority if request.kind == "ab" else "normal"
 
 
@@ -43,7 +45,11 @@ def request_of(batch: Batch) -> ProductionRequest:
         return ProductionRequest.from_json(batch.spec)
     series_name = ((batch.options or {}).get("series_name") or batch.theme) if batch.kind == "series" else None
     return ProductionRequest(
-        kind=batch.kind, count=batch.total, theme=batch.theme, series_name=series_name, text=batch.request
+        kind=cast(RequestKind, batch.kind),
+        count=batch.total,
+        theme=batch.theme,
+        series_name=series_name,
+        text=batch.request,
     )
 
 
@@ -141,12 +147,12 @@ def run_due_schedules(settings) -> list[int]:
 def cancel_schedule(settings, schedule_id: int) -> bool:
     """Cancel a schedule that has not run; False when there is no such pending schedule."""
     with session_scope(settings) as session:
-        result = session.execute(
+        cancelled = (
             sa.update(Schedule)
             .where(Schedule.id == schedule_id, Schedule.status == "scheduled")
             .values(status="cancelled")
         )
-        return result.rowcount == 1
+        return rows_changed(session, cancelled) == 1
 
 
 def send_plan(settings, batch_id: int, *, priority: Priority) -> None:

@@ -59,7 +59,13 @@ RequestKind = Literal["batch", "series", "ab"]
 
 KINDS: tuple[RequestKind, ...] = get_args(RequestKind)
 
-_FIELDS = {"kind": str, "count": int, "theme": str, "series_name": (str, type(None)), "text": str}
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "kind": str,
+    "count": int,
+    "theme": str,
+    "series_name": (str, type(None)),
+    "text": str,
+}
 """Each field of a stored request and the JSON types it may have."""
 
 
@@ -193,26 +199,25 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
     # and only the words outside it say what kind of work this is
     quoted = re.search(r"[\"“](.+)[\"”]", text)
     outside = text[: quoted.start()] + "\x00" + text[quoted.end() :] if quoted else text
-    found = [
-        (m.start(), kind, m)
-        for kind, pattern in (("series", _SERIES), ("ab", _VARIATIONS), ("batch", _BATCH))
-        if (m := pattern.search(outside))
-    ]
-    kind = min(found, key=lambda f: f[0])[1] if found else None  # the first one the request says
-    m = next((match for _, k, match in found if k == kind), None)
-    if kind == "series":
+    patterns: tuple[tuple[RequestKind, re.Pattern[str]], ...] = (
+        ("series", _SERIES),
+        ("ab", _VARIATIONS),
+        ("batch", _BATCH),
+    )
+    found = [(m.start(), kind, m) for kind, pattern in patterns if (m := pattern.search(outside))]
+    kind: RequestKind
+    name: str | None = None
+    if found:
+        _, kind, m = min(found, key=lambda f: f[0])  # the first one the request says
         count = _count(m["count"])
-        name = _clean_theme(m["name"].replace("\x00", quoted[0]) if quoted else m["name"]) or None
-        theme = name or ""
-    elif kind == "ab":
-        count, name = _count(m["count"]), None
-        after = outside[m.end() :]
-        t = _THEME.search(after)
-        theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else after)
-    elif kind == "batch":
-        count, name = _count(m["count"]), None
-        t = _THEME.search(outside[m.end() :])
-        theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else "")
+        if kind == "series":
+            name = _clean_theme(m["name"].replace("\x00", quoted[0]) if quoted else m["name"]) or None
+            theme = name or ""
+        else:
+            after = outside[m.end() :]
+            t = _THEME.search(after)
+            fallback = after if kind == "ab" else ""
+            theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else fallback)
     else:
         t = _THEME.search(text)
         if t is None and quoted is None:
@@ -220,7 +225,7 @@ def parse_request(text: str, settings: Settings) -> ProductionRequest:
                 'I can\'t tell how many videos or of what: try "Create 5 videos of <theme>", '
                 '"Create a 3-part <name> series" or "Generate 3 variations of <concept>"'
             )
-        count, kind, name = 1, "batch", None
-        theme = quoted[1].strip() if quoted else _clean_theme(t["theme"])
+        count, kind = 1, "batch"
+        theme = quoted[1].strip() if quoted else _clean_theme(t["theme"] if t else "")
     _check_count(count, settings)
     return ProductionRequest(text=text, kind=kind, count=count, theme=theme, series_name=name)

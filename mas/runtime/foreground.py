@@ -128,6 +128,7 @@ class Supervisor:
 
     def _relay(self, child: Child, proc: subprocess.Popen) -> None:
         """Copy the child's output line by line, labelled; note when it says it is up."""
+        assert proc.stdout is not None  # started with stdout=PIPE
         for line in proc.stdout:
             self._write(child.label, line.rstrip("\n"))
             if child.ready_text in line and self._mark_ready(child.label):
