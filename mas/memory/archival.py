@@ -92,7 +92,7 @@ def _validate_text(text: str, what: str = "an archival passage") -> str:
     """`text` when it can be embedded: non-empty, with no lone surrogate (the tokenizer fails on one with an
     error that would not say which text)."""
     if not isinstance(text, str) or not text.strip():
-        raise InvalidInput(f"{what} is empty")
+        raise InvalidInput(f"{what} must be non-empty text")
     check_unicode(text, what)
     return text
 
