@@ -18,14 +18,13 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from mas.config import Settings
-from mas.db import session_scope
+from mas.db import rows_changed, session_scope
 from mas.errors import InvalidInput, RetryableError
 from mas.memory import buffer_policy
 from mas.memory.buffer_policy import Action, Decision
@@ -315,12 +314,12 @@ def _evict(session: Session, messages: Sequence[Message]) -> None:
 
 
 def _clear(session: Session, buffer: AgentBuffer, *, keep_summary: bool) -> int:
-    result = session.execute(
+    cleared = rows_changed(
+        session,
         sa.update(AgentMessage)
         .where(AgentMessage.agent == buffer.agent, AgentMessage.in_context)
-        .values(in_context=False)
+        .values(in_context=False),
     )
-    cleared = cast(sa.CursorResult, result).rowcount  # an UPDATE answers with a CursorResult
     if not keep_summary:
         buffer.summary = ""
     buffer.failed_summaries = 0
