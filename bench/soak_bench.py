@@ -52,6 +52,7 @@ class Outcome:
     attempts: int
     executions: int
     done: bool
+    failed_by_error: list[str]  # the reasons of the wrongly failed videos, for the report
 
 
 def run(*, videos: int, render_seconds: float, faults: bool, fault_every: float, timeout_s: float) -> Outcome:
@@ -89,9 +90,22 @@ def run(*, videos: int, render_seconds: float, faults: bool, fault_every: float,
                     time.sleep(0.5)
                 wall = time.monotonic() - started
                 done = _safe(lambda: studio.batch_done(batch_id)) or False
+                if not done:
+                    _say_where_it_stands(studio, batch_id)
                 return _outcome(studio, server, batch_id, videos=videos, wall=wall, faults=faults, done=done)
         finally:
             remove_data_dir(studio.settings, data_dir)
+
+
+def _say_where_it_stands(studio, batch_id: int) -> None:
+    """A batch that did not finish: its videos by state and attempt, and the end of each worker's log."""
+    with db.session_scope(studio.settings) as s:
+        where = s.execute(sa.select(Video.state, Video.attempt_count, sa.func.count()).where(
+            Video.batch_id == batch_id).group_by(Video.state, Video.attempt_count)).all()
+    print("  not finished; videos by (state, attempt):", {(st.value, n): c for st, n, c in where}, flush=True)
+    for worker in studio.workers:
+        tail = worker.log.read_text().splitlines()[-15:]
+        print(f"  --- {worker.log.name}:", *tail, sep="\n    ", flush=True)
 
 
 def _inject(fault: str, studio, server, *, cpu, gpu, normal: Script):
@@ -135,8 +149,9 @@ def _outcome(studio, server, batch_id: int, *, videos: int, wall: float, faults:
         faults=faults, videos=videos, wall_s=wall, done=done,
         lost=sum(v.state not in final for v in rows) + (videos - len(rows)),
         duplicated=sum(max(0, n - 1) for n in counts),
-        wrongly_failed=sum(v.state == VideoState.failed and any("failed:" in r for r in v.failure_reasons)
-                           for v in rows),
+        wrongly_failed=len(wrong := [v for v in rows if v.state == VideoState.failed
+                                     and any("failed:" in r for r in v.failure_reasons)]),
+        failed_by_error=[f"video {v.id}: {'; '.join(v.failure_reasons)}" for v in wrong],
         attempts=len(attempts), executions=sum(server.executions.values()),
     )
 
@@ -174,6 +189,9 @@ def report(rows: list[Outcome], args: argparse.Namespace, command: str) -> str:
     clean, faulty = rows[0], rows[-1]
     if faulty.faults and not clean.faults:
         out.append(f"\nWall time with faults: {faulty.wall_s / clean.wall_s:.2f} x the run without.")
+    for r in rows:
+        for reason in r.failed_by_error:
+            out.append(f"\n- wrongly failed ({'with' if r.faults else 'no'} faults): {reason}")
     out.append("\nGoal: 0 lost, 0 duplicated, 0 wrongly failed. Executions beyond attempts that are not duplicates "
                "are renders that did not finish (the hanging one, renders interrupted by a killed worker's time "
                "limit) and ran again under the same prompt id.")

@@ -39,6 +39,7 @@ from mas.db import session_scope
 from mas.errors import RetryableError
 from mas.models import Attempt, Video, VideoState
 from mas.pipeline import states
+from mas.pipeline.outcomes import LOST_CONNECTION
 from mas.pipeline.runner import Outcome, StepRun, priority_of, step_task
 from mas.pipeline.steps import BY_NAME
 from mas.runtime.clients import redis_client
@@ -156,9 +157,13 @@ class Render:
         settings, target = run.settings, job.target
 
         def progress(done: int, total: int) -> None:
-            run.task.update_state(
-                state="PROGRESS", meta={**run.payload.to_json(), "step": run.step.name, "done": done, "total": total}
-            )
+            """For people watching (Flower, `mas status`): a result backend that is away skips an update, and
+            the render goes on."""
+            meta = {**run.payload.to_json(), "step": run.step.name, "done": done, "total": total}
+            try:
+                run.task.update_state(state="PROGRESS", meta=meta)
+            except LOST_CONNECTION as exc:
+                log.warning("progress of %s not published: %s", run.describe(), exc)
 
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = target.with_name(f"{target.stem}.{run.lease.key}.partial.mp4")  # unique per run: never shared

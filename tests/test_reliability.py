@@ -103,6 +103,24 @@ def test_postgres_restarted_mid_batch(studio):
     assert_batch_exact(studio, batch_id, 3)
 
 
+@pytest.mark.studio_env(MAS_PREVIEW_RENDER_SECONDS="1")
+def test_redis_restarted_mid_batch_workers_survive(studio):
+    """Redis away for a moment while steps run: every worker reconnects (none exits), the batch completes
+    exactly (nothing lost, nothing twice), and no video fails for the lost connection."""
+    cpu, gpu = studio.worker("cpu", concurrency=2), studio.worker("gpu")
+    batch_id = studio.enqueue("Create 3 videos of tide pools")
+    studio.wait_until(
+        lambda: any(v.state != VideoState.writing for v in studio.videos(batch_id)), what="work under way"
+    )
+    services.stop_redis(studio.settings)
+    services.start_redis(studio.settings)
+    studio.wait_batch(batch_id, timeout=300)
+    assert_batch_exact(studio, batch_id, 3)
+    assert cpu.proc.poll() is None and gpu.proc.poll() is None, "a worker exited when Redis went away"
+    assert "Unrecoverable error" not in cpu.log.read_text() + gpu.log.read_text()
+    assert not [r for v in studio.videos(batch_id) for r in v.failure_reasons if "failed:" in r]
+
+
 def test_task_that_kills_its_worker_is_quarantined(studio):
     studio.worker_args = ["--include", "tests.crashing_tasks"]
     cpu = studio.worker("cpu")

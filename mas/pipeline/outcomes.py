@@ -6,7 +6,11 @@ transaction as the video's own final transition, so they are exact however often
 
 from __future__ import annotations
 
+import logging
+
+import redis
 import sqlalchemy as sa
+from kombu.exceptions import OperationalError as BrokerUnreachable
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from mas import names
@@ -25,7 +29,19 @@ from mas.pipeline import states
 from mas.pipeline.steps import StepPayload
 from mas.redaction import redact_text
 
+log = logging.getLogger(__name__)
 S = VideoState
+LOST_CONNECTION = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    BrokerUnreachable,
+    sa.exc.OperationalError,
+    sa.exc.InterfaceError,
+    ConnectionError,
+)
+"""A step that ends on one of these lost a connection (Redis or PostgreSQL restarting, a network cut): it is
+not the video's fault. The video is left as it is; its lease ends, and reconcile sends the step again (a step
+that keeps failing so is given up by its lease's claim count, with the reason)."""
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
 KEEP_FAILED = 10  # FAILED_RETRIES entries carry reasons, so fewer fit in the block
 PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL/COMPLETE count them all
@@ -44,10 +60,21 @@ def pending_videos(session, batch_id: int) -> list[int]:
 
 
 def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
-    """A step failed for good (its retries spent): skip the video with the reason, and the batch goes on."""
+    """A step failed for good (its retries spent): skip the video with the reason, and the batch goes on; a
+    lost connection is transient and fails nothing (`LOST_CONNECTION`)."""
     payload = StepPayload.of_message(args, kwargs)
     if payload is None:
         return  # a message that named no video: nothing to skip
+    if isinstance(exc, LOST_CONNECTION):
+        log.warning(
+            "%s of video %s attempt %s lost a connection (%s: %s); reconcile sends it again",
+            task.name,
+            payload.video_id,
+            payload.attempt,
+            type(exc).__name__,
+            exc,
+        )
+        return
     settings = task.app.settings
     step = getattr(task, "step", None)
     what = step.name if step is not None else task.name.rsplit(".", 1)[-1]

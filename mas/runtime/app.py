@@ -26,6 +26,7 @@ from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.pipeline.steps import STEPS, Step
+from mas.runtime.broker import use_studio_transport
 from mas.redaction import redact_logs
 from mas.runtime.clients import redis_client
 from mas.runtime.queue_order import StickyCycle
@@ -248,7 +249,8 @@ def celery_config(settings: Settings) -> dict:
 
 
 def create_app(settings: Settings) -> Studio:
-    """A new Celery app for `settings`."""
+    """A new Celery app for `settings` (on the studio's Redis transport: `mas.runtime.broker`)."""
+    use_studio_transport()
     return Studio(settings)
 
 

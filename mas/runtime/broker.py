@@ -1,0 +1,35 @@
+"""The studio's Redis transport: kombu's, with one fault survived.
+
+When Redis goes away, Celery's consumer closes the broken connection before it reconnects; closing a channel
+restores its unacknowledged messages, which needs a Redis client, and kombu builds that client from the
+connection's parameters, which the close has already dropped: an `AttributeError` that Celery treats as
+unrecoverable, and the worker exits. Here that case is a connection error, which Celery's close ignores: the
+worker reconnects, and the messages stay in Redis's unacked set, which Redis hands back after the visibility
+timeout (a step delivered again finds its lease or its committed work and does nothing twice).
+"""
+
+from __future__ import annotations
+
+import redis
+from kombu.transport import TRANSPORT_ALIASES
+from kombu.transport import redis as kombu_redis
+
+ALIASES = ("redis", "rediss")
+
+
+class Channel(kombu_redis.Channel):
+    def _connparams(self, asynchronous: bool = False) -> dict:
+        if self.connection.client is None:
+            raise redis.ConnectionError("the broker connection was closed; reconnecting")
+        return super()._connparams(asynchronous)
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel
+
+
+def use_studio_transport() -> None:
+    """Make the `redis://`, `rediss://` and `redis+socket://` broker URLs use this transport (kombu resolves a
+    URL's scheme through its alias table)."""
+    for alias in ALIASES:
+        TRANSPORT_ALIASES[alias] = f"{__name__}:Transport"
