@@ -26,8 +26,8 @@ from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.pipeline.steps import STEPS, Step
-from mas.runtime.broker import use_studio_transport
 from mas.redaction import redact_logs
+from mas.runtime.broker import use_studio_transport
 from mas.runtime.clients import redis_client
 from mas.runtime.queue_order import StickyCycle
 from mas.singletons import per_process
