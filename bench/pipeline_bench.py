@@ -419,7 +419,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
             result.videos = session.scalar(sa.select(sa.func.count()).select_from(Video).where(Video.batch_id == batch_id))
             result.processed_after_plan = session.scalar(
                 sa.select(sa.func.count()).select_from(Video)
-                .where(Video.batch_id == batch_id, Video.state != VideoState.pending)
+                .where(Video.batch_id == batch_id, Video.state != VideoState.writing)
             )
             for row in session.scalars(sa.select(MemoryBlock)):
                 result.block_chars[row.label] = session.scalar(sa.select(sa.func.length(sa.cast(MemoryBlock.value, sa.Text))).where(MemoryBlock.label == row.label))
@@ -561,7 +561,7 @@ def statement_label(sql: str) -> str:
 
 
 COMPONENTS = [  # (file suffix, function, label) of the parts of write_prompt worth naming
-    ("tasks/pipeline.py", "write_prompt", "write_prompt (all)"),
+    ("mas/pipeline/runner.py", "run_step", "write_prompt (all: the runner)"),
     ("tasks/pipeline.py", "_brief", "_brief: 3-4 blocks.read + archival search"),
     ("mas/memory/blocks.py", "read", "blocks.read (each its own session)"),
     ("mas/memory/archival.py", "search", "ArchivalMemory.search (embed + query)"),

@@ -214,7 +214,7 @@ class Write:
                 content=f"video {video.id} attempt {run.attempt}: {draft.prompt}",
             )
 
-        return Outcome(state=S.rendering, then=remember)
+        return Outcome(state=S.rendering, remember=remember)
 
 
 def _brief(settings, facts: VideoFacts, attempt: int) -> WriterBrief:
@@ -334,17 +334,19 @@ class Review:
             )
 
         if verdict.action == "accept":
-            return Outcome(state=S.accepted, values=done, then=remember)
+            return Outcome(state=S.accepted, values=done, remember=remember)
         if verdict.action == "fail":
-            return Outcome(state=S.failed, values={**done, "failure_reasons": verdict.failure_reasons}, then=remember)
+            return Outcome(
+                state=S.failed, values={**done, "failure_reasons": verdict.failure_reasons}, remember=remember
+            )
         following = StepPayload(video_id=video.id, attempt=attempt + 1)
         priority = batch_priority(video.batch)
 
         def refine() -> None:
-            remember()
             video_chain(run.task.app, following, start=FIRST, priority=priority).apply_async()
 
-        return Outcome(state=S.writing, values={"attempt_count": attempt + 1, "grade": row.grade}, then=refine)
+        values = {"attempt_count": attempt + 1, "grade": row.grade}
+        return Outcome(state=S.writing, values=values, then=refine, remember=remember)
 
 
 def _archive_attempt(settings, graded: Graded, *, verdict: Verdict) -> None:

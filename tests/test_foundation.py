@@ -176,3 +176,31 @@ def test_cpu_pool_processes_preload_the_embedding_model(workers):
         time.sleep(0.5)
     assert cpu.log.read_text().count("embedding model loaded in") == 2  # -c 2: once per process
     assert "embedding model" not in gpu.log.read_text()
+
+
+def test_a_step_lease_counts_only_take_overs_from_a_dead_holder(clean):
+    """A delivery that ended (a retry, a duplicate passing through) does not count toward giving the step up;
+    a lease whose holder died does, and past MAS_MAX_DELIVERIES of those the step is given up."""
+    from mas.pipeline import leases
+
+    with db.session_scope(clean) as s:
+        vid = _video(s)
+    where = dict(video_id=vid, attempt=1, step="render")
+    first = leases.claim(clean, **where)
+    assert first is not None and first.claims == 1
+    assert leases.claim(clean, **where) is None  # held and alive: another delivery leaves it alone
+    leases.release(clean, first)
+    for _ in range(clean.max_deliveries + 2):  # ended normally each time: never counted
+        again = leases.claim(clean, **where)
+        assert again is not None and again.claims == 1
+        leases.check_claims(clean, again)
+        leases.release(clean, again)
+    assert leases.claim(clean, **where) is not None  # held again: now its holder dies, again and again
+    for died in range(1, clean.max_deliveries + 1):  # the holder dies: its heartbeat stops, the next takes over
+        with db.session_scope(clean) as s:
+            s.execute(sa.text("update step_leases set heartbeat_at = now() - interval '1 day' where video_id = :v"),
+                      {"v": vid})
+        taken = leases.claim(clean, **where)
+        assert taken is not None and taken.claims == 1 + died
+    with pytest.raises(leases.StepGivenUp):
+        leases.check_claims(clean, taken)

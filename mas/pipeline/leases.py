@@ -54,7 +54,8 @@ _CLAIM = sa.text("""
     insert into step_leases (video_id, attempt, step, token, worker, claims, started_at, heartbeat_at)
     values (:video_id, :attempt, :step, :token, :worker, 1, now(), now())
     on conflict (video_id, attempt, step) do update
-       set token = excluded.token, worker = excluded.worker, claims = step_leases.claims + 1,
+       set token = excluded.token, worker = excluded.worker,
+           claims = step_leases.claims + (step_leases.token is not null)::int,
            started_at = now(), heartbeat_at = now()
      where step_leases.token is null
         or step_leases.heartbeat_at < now() - make_interval(secs => :expiry)
@@ -140,21 +141,27 @@ def _videos(settings: Settings, condition: str) -> set[int]:
 @contextmanager
 def held(settings: Settings, *, video_id: int, attempt: int, step: str) -> Iterator[Lease | None]:
     """Claim the step for the block and keep its heartbeat going; yields None when another delivery runs
-    it. Past `MAS_MAX_DELIVERIES` claims the step is given up (`StepGivenUp`)."""
+    it."""
     lease = claim(settings, video_id=video_id, attempt=attempt, step=step)
     if lease is None:
         yield None
         return
     try:
-        if lease.claims > settings.max_deliveries:
-            raise StepGivenUp(
-                f"{step} of video {video_id} attempt {attempt} started {lease.claims} times without finishing "
-                "(its worker kept dying)"
-            )
         with _heartbeat(settings, lease):
             yield lease
     finally:
         release(settings, lease)
+
+
+def check_claims(settings: Settings, lease: Lease) -> None:
+    """Give the step up (`StepGivenUp`) when it was taken over from a dead holder more than
+    `MAS_MAX_DELIVERIES` times in all: whatever runs it kills its worker. A delivery that ended normally (a
+    retry, a duplicate) does not count; only a lease whose holder died does."""
+    if lease.claims > settings.max_deliveries:
+        raise StepGivenUp(
+            f"{lease.step} of video {lease.video_id} attempt {lease.attempt} started {lease.claims} times without "
+            "finishing (its worker kept dying)"
+        )
 
 
 @contextmanager

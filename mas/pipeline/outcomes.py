@@ -15,6 +15,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from mas import names
 from mas.db import rows_changed, session_scope
+from mas.errors import PeerUnavailable
 from mas.memory import blocks
 from mas.models import (
     AgentBuffer,
@@ -37,7 +38,6 @@ LOST_CONNECTION = (
     BrokerUnreachable,
     sa.exc.OperationalError,
     sa.exc.InterfaceError,
-    ConnectionError,
 )
 """A step that ends on one of these lost a connection (Redis or PostgreSQL restarting, a network cut): it is
 not the video's fault. The video is left as it is; its lease ends, and reconcile sends the step again (a step
@@ -65,7 +65,7 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
     payload = StepPayload.of_message(args, kwargs)
     if payload is None:
         return  # a message that named no video: nothing to skip
-    if isinstance(exc, LOST_CONNECTION):
+    if isinstance(exc, LOST_CONNECTION) and not isinstance(exc, PeerUnavailable):
         log.warning(
             "%s of video %s attempt %s lost a connection (%s: %s); reconcile sends it again",
             task.name,
@@ -90,7 +90,8 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
                 )
             )
         )
-        if states.fail(session, payload.video_id, reason):
+        at = (step.state, payload.attempt) if step is not None else None
+        if states.fail(session, payload.video_id, reason, at=at):
             due = finish_video(settings, session, payload.video_id)
     if due:
         task.app.send_task(names.CONSOLIDATE)

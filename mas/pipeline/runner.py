@@ -69,7 +69,7 @@ class StepRun:
         return self.payload.attempt
 
     def describe(self) -> str:
-        return f"{self.step.name} of video {self.video_id} attempt {self.attempt}"
+        return describe(self.step, self.payload)
 
 
 @dataclass(kw_only=True)
@@ -80,7 +80,10 @@ class Outcome:
     values: dict[str, Any] = field(default_factory=dict)
     """Video columns written in the same UPDATE as the move (a grade, an output path)."""
     then: Callable[[], None] | None = None
-    """Run after the commit (send the next attempt's chain, a consolidation)."""
+    """Run after the commit: what must follow (send the next attempt's chain)."""
+    remember: Callable[[], None] | None = None
+    """Run after `then`: bookkeeping (a line in the agent's recall buffer) whose failure is logged and fails
+    nothing."""
 
 
 class StepBody(Protocol, Generic[Inputs, Result]):
@@ -121,6 +124,7 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
                 return payload.to_json()
             if video is None or not _due(step, video, payload) or not states.steps_may_run(session, video.id):
                 raise Ignore()
+            leases.check_claims(settings, lease)
             run = StepRun(
                 step=step,
                 payload=payload,
@@ -144,9 +148,19 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
             consolidation_due = outcome.state in states.TERMINAL and finish_video(run.settings, session, video.id)
     if outcome.then is not None:
         outcome.then()
+    if outcome.remember is not None:
+        try:
+            outcome.remember()
+        except Exception as exc:  # the video has moved on; a missing recall line is not worth failing it for
+            log.warning("%s: recall not written: %s", describe(step, payload), exc)
     if consolidation_due:
         task.app.send_task(names.CONSOLIDATE)
     return payload.to_json()
+
+
+def describe(step: Step, payload: StepPayload) -> str:
+    """How logs name one run of a step."""
+    return f"{step.name} of video {payload.video_id} attempt {payload.attempt}"
 
 
 def _locked(session: Session, video_id: int) -> Video | None:

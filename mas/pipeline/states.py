@@ -13,14 +13,14 @@ from sqlalchemy.orm import Session
 from mas.db import rows_changed
 from mas.errors import PermanentError
 from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
-from mas.pipeline.steps import FINAL, STEPS
+from mas.pipeline.steps import STEPS
 
 S = VideoState
-TERMINAL = FINAL
+TERMINAL = frozenset({S.accepted, S.failed, S.cancelled})
 
 ALLOWED: dict[VideoState, frozenset[VideoState]] = {
     **{step.state: frozenset({*step.leads_to, S.failed, S.cancelled}) for step in STEPS},
-    **{state: frozenset() for state in FINAL},
+    **{state: frozenset() for state in TERMINAL},
 }
 """A live state goes where its step's success leads, or ends failed or cancelled; a final state goes nowhere."""
 
@@ -66,9 +66,10 @@ def attempt_row(session: Session, video_id: int, number: int) -> Attempt:
     ).scalar_one()
 
 
-def fail(session: Session, video_id: int, reason: str) -> bool:
-    """Give a video up from whatever live state it is in, recording why; False if already final."""
-    return _end(session, video_id, S.failed, reason)
+def fail(session: Session, video_id: int, reason: str, *, at: tuple[VideoState, int] | None = None) -> bool:
+    """Give a video up, recording why; False if it is already final. With `at` (a state and an attempt) only
+    from there: a step that failed for good fails the video only if the video still waits for that step."""
+    return _end(session, video_id, S.failed, reason, at=at)
 
 
 def cancel(session: Session, video_id: int, reason: str) -> bool:
@@ -76,7 +77,9 @@ def cancel(session: Session, video_id: int, reason: str) -> bool:
     return _end(session, video_id, S.cancelled, reason)
 
 
-def _end(session: Session, video_id: int, target: VideoState, reason: str) -> bool:
+def _end(
+    session: Session, video_id: int, target: VideoState, reason: str, *, at: tuple[VideoState, int] | None = None
+) -> bool:
     reasons = sa.func.coalesce(Video.failure_reasons, sa.text("'[]'::jsonb")).op("||")(
         sa.func.jsonb_build_array(reason)
     )
@@ -85,6 +88,8 @@ def _end(session: Session, video_id: int, target: VideoState, reason: str) -> bo
         .where(Video.id == video_id, Video.state.not_in(list(TERMINAL)))
         .values(state=target, failure_reasons=reasons, updated_at=sa.func.now())
     )
+    if at is not None:
+        stmt = stmt.where(Video.state == at[0], Video.attempt_count == at[1])
     return rows_changed(session, stmt) == 1
 
 

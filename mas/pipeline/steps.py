@@ -82,15 +82,6 @@ FIRST = STEPS[0]
 BY_NAME: dict[str, Step] = {step.name: step for step in STEPS}
 BY_STATE: dict[VideoState, Step] = {step.state: step for step in STEPS}
 BY_TASK: dict[str, Step] = {step.task: step for step in STEPS}
-FINAL = frozenset({S.accepted, S.failed, S.cancelled})
-
-
-def step_named(name: str) -> Step:
-    """The step called `name`."""
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise InvalidInput(f"no pipeline step is called {name!r}; the steps are {', '.join(BY_NAME)}") from None
 
 
 def after(step: Step) -> tuple[Step, ...]:

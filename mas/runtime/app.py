@@ -4,8 +4,9 @@ by the pipeline's step table, JSON only, events on, late acks everywhere.
 Tasks live in `tasks` (cpu queue) and `gpu` (gpu queue) as shared tasks: the app finds their modules by name
 (`names.TASK_PACKAGES`) so that `mas` never imports them, and nothing is read from the environment at import.
 `celery -A mas` gets its app from `mas.app` (`default_app`); a process that sends work gets it with
-`app_for(settings)`. Every task derives from `StudioTask`, which caps redeliveries; a pipeline step derives
-from `StepTask`, whose retries and time limits are read from the app's settings when it runs.
+`app_for(settings)`. Every task derives from `StudioTask`, which caps redeliveries (a pipeline step's are
+counted by its lease instead); an agent task derives from `AgentTask`, a pipeline step from `AgentStepTask`
+or `GpuStepTask`, whose retries and time limits are read from the app's settings when the task runs.
 """
 
 from __future__ import annotations
@@ -86,16 +87,10 @@ class StudioTask(Task):
     deliveries_counted_by_lease: bool = False
 
     def __call__(self, *args, **kwargs):
-        if self.request.called_directly or self.request.id is None or self.deliveries_counted_by_lease:
+        if self.request.called_directly or self.request.id is None:
             return self.run(*args, **kwargs)
-        cap = self.max_deliveries or self.app.settings.max_deliveries
-        key = names.deliveries_key(self.request.id, self.request.retries)
-        client = redis_client(self.app.settings)
-        count = client.incr(key)
-        client.expire(key, 86_400)
-        if count > cap:
-            log.error("%s[%s] delivered %d times; giving it up", self.name, self.request.id, count)
-            raise GivenUp(f"delivered {count} times: its worker kept dying; given up")
+        if not self.deliveries_counted_by_lease:
+            self._count_delivery()
         try:
             return self.run(*args, **kwargs)
         except PeerUnavailable as exc:
@@ -115,6 +110,17 @@ class StudioTask(Task):
             )
             raise self.retry(exc=exc, countdown=every, max_retries=tries) from exc
 
+    def _count_delivery(self) -> None:
+        """Count this delivery of this run in Redis (which keeps no count of its own); past the cap, give up."""
+        cap = self.max_deliveries or self.app.settings.max_deliveries
+        key = names.deliveries_key(self.request.id, self.request.retries)
+        client = redis_client(self.app.settings)
+        count = client.incr(key)
+        client.expire(key, 86_400)
+        if count > cap:
+            log.error("%s[%s] delivered %d times; giving it up", self.name, self.request.id, count)
+            raise GivenUp(f"delivered {count} times: its worker kept dying; given up")
+
 
 class AgentTask(StudioTask):
     """Base of the tasks that ask an agent (plan, write, review, consolidate). A reply that cannot be used yet
@@ -129,7 +135,9 @@ class AgentTask(StudioTask):
 
     @property
     def retry_backoff_max(self) -> int:  # type: ignore[override]
-        return self.app.settings.agent_retry_backoff_max_seconds
+        # read when an app registers the task; an app that is not the studio's (Celery's fallback) has no settings
+        settings = getattr(self.app, "settings", None)
+        return settings.agent_retry_backoff_max_seconds if settings is not None else StudioTask.retry_backoff_max
 
     @property
     def max_retries(self) -> int:  # type: ignore[override]

@@ -28,10 +28,13 @@ def _retype(labels: tuple[str, ...], *updates: str) -> None:
 
 
 def upgrade() -> None:
-    # pending: its first write is due; refining: the next attempt's write is due; evaluating: grading is due,
-    # or review when the attempt already has its grade
+    # writing with its attempt written (the old write committed the prompt and kept `writing` until the
+    # render began): the render is due; pending: its first write is due; refining: the next attempt's write is
+    # due; evaluating: grading is due, or review when the attempt already has its grade
     _retype(
         NEW,
+        """UPDATE videos SET state = 'rendering' WHERE state = 'writing' AND EXISTS (
+               SELECT 1 FROM attempts a WHERE a.video_id = videos.id AND a.number = videos.attempt_count)""",
         "UPDATE videos SET attempt_count = 1, state = 'writing' WHERE state = 'pending'",
         "UPDATE videos SET attempt_count = attempt_count + 1, state = 'writing' WHERE state = 'refining'",
         "UPDATE videos SET state = 'rendering' WHERE state = 'generating'",
