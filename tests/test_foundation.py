@@ -204,3 +204,24 @@ def test_a_step_lease_counts_only_take_overs_from_a_dead_holder(clean):
         assert taken is not None and taken.claims == 1 + died
     with pytest.raises(leases.StepGivenUp):
         leases.check_claims(clean, taken)
+
+
+def test_an_agent_step_waits_out_a_server_that_is_away(settings):
+    """A write or review whose model server is away is tried again every MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS
+    for MAS_PEER_WAIT_SECONDS (not failed at once): run eagerly, each wait is one more run."""
+    from mas.errors import PeerUnavailable
+    from mas.pipeline.steps import BY_NAME
+    from mas.runtime.app import AgentStepTask, Studio
+
+    waiting = settings.model_copy(update={"peer_wait_seconds": 3, "agent_retry_backoff_max_seconds": 1})
+    app = Studio(waiting, set_as_current=False)
+    runs: list[int] = []
+
+    @app.task(bind=True, base=AgentStepTask, step=BY_NAME["write"], name="tests.a_step_whose_peer_is_away")
+    def step(self, payload: dict) -> None:
+        runs.append(self.request.retries)
+        raise PeerUnavailable("the model server does not answer")
+
+    result = step.apply(args=[{"video_id": 1, "attempt": 1}])
+    assert runs == [0, 1, 2, 3]  # the first run and three waits of 1 s in 3 s
+    assert isinstance(result.result, PeerUnavailable)
