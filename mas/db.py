@@ -45,17 +45,9 @@ def _engine(url: str) -> sa.Engine:
 
 
 def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
-    """The engine for this settings' database (embedded server started if `start`), one per process."""
-    if not start:  # a question (is it running now?), asked of the server every time
-        return _engine(services.database_url(settings, start=False))
-    return _engine(_database_url(settings))
-
-
-@per_process(key=lambda settings: (settings.database_url, str(settings.data_dir)))
-def _database_url(settings: Settings) -> str:
-    """Worked out once per process: the embedded server's address (its socket folder and port under the data
-    folder) does not change when it restarts, so sessions need not read its pid file each time."""
-    return services.database_url(settings, start=True)
+    """The engine for this settings' database (embedded server started if `start`), one per process and
+    address: the embedded server's address is asked each time, as a restart may move it."""
+    return _engine(services.database_url(settings, start=start))
 
 
 def check_connection(eng: sa.Engine) -> None:

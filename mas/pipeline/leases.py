@@ -27,9 +27,13 @@ from celery.exceptions import Ignore
 
 from mas.config import Settings
 from mas.db import ready_engine
-from mas.errors import PermanentError
+from mas.errors import PermanentError, RetryableError
 
 log = logging.getLogger(__name__)
+
+
+class LeaseHeld(RetryableError):
+    """A retried step found its lease held, maybe by its own earlier try that could not release it."""
 
 
 class StepGivenUp(PermanentError):
@@ -165,11 +169,15 @@ def check_claims(settings: Settings, lease: Lease) -> None:
 
 
 @contextmanager
-def hold_step(settings: Settings, *, video_id: int, attempt: int, step: str) -> Iterator[Lease]:
+def hold_step(settings: Settings, *, video_id: int, attempt: int, step: str, retrying: bool = False) -> Iterator[Lease]:
     """For a task body: hold the step's lease, or end the task quietly (Celery's `Ignore`: no error, no next
-    step) when another delivery is running the same step."""
+    step) when another delivery is running the same step. A retry (`retrying`) that finds the lease held may
+    be finding its own earlier try's, which could not release it (the database was away): it raises
+    `LeaseHeld`, to be tried again once that lease has expired."""
     with held(settings, video_id=video_id, attempt=attempt, step=step) as lease:
         if lease is None:
+            if retrying:
+                raise LeaseHeld(f"{step} of video {video_id} attempt {attempt} is held; trying again once it expires")
             log.info("%s of video %s attempt %s is running elsewhere; leaving it alone", step, video_id, attempt)
             raise Ignore()
         yield lease

@@ -32,16 +32,11 @@ from mas.redaction import redact_text
 
 log = logging.getLogger(__name__)
 S = VideoState
-LOST_CONNECTION = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    BrokerUnreachable,
-    sa.exc.OperationalError,
-    sa.exc.InterfaceError,
-)
-"""A step that ends on one of these lost a connection (Redis or PostgreSQL restarting, a network cut): it is
+LOST_CONNECTION = (redis.ConnectionError, redis.TimeoutError, BrokerUnreachable)
+"""A step that ends on one of these lost its connection to the broker (Redis restarting, a network cut): it is
 not the video's fault. The video is left as it is; its lease ends, and reconcile sends the step again (a step
-that keeps failing so is given up by its lease's claim count, with the reason)."""
+that keeps failing so is given up by its lease's claim count, with the reason). A database that stays away
+past a step's retries still fails the video with the reason: its lease could not be released either."""
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
 KEEP_FAILED = 10  # FAILED_RETRIES entries carry reasons, so fewer fit in the block
 PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL/COMPLETE count them all

@@ -117,7 +117,19 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
     """Run one delivery of `step` for `payload` (see the module's docstring); returns the payload for the
     chain's next step."""
     settings: Settings = task.app.settings
-    with leases.hold_step(settings, video_id=payload.video_id, attempt=payload.attempt, step=step.name) as lease:
+    try:
+        return _run_held(task, step, payload, body)
+    except leases.LeaseHeld as held:
+        # its own earlier try's lease, perhaps: once it has expired, the step is taken over (or found done)
+        raise task.retry(exc=held, countdown=settings.lease_expiry_seconds + 1) from held
+
+
+def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody) -> dict:
+    settings: Settings = task.app.settings
+    retrying = bool(task.request.retries)
+    with leases.hold_step(
+        settings, video_id=payload.video_id, attempt=payload.attempt, step=step.name, retrying=retrying
+    ) as lease:
         with session_scope(settings) as session:
             video = _locked(session, payload.video_id)
             if _done_before(step, video, payload):
