@@ -159,6 +159,21 @@ class Settings(BaseSettings):
     )
 
     # --- llm (agents over an OpenAI-compatible chat endpoint) ----------------------------------
+    agent_conversations: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="Conversations each role holds at once (llm: recall buffers; letta: agents per role), "
+        "all sharing the core blocks and archival memory; each takes one call at a time. Calls of one role "
+        "beyond this wait for a free conversation.",
+    )
+    llm_max_in_flight: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="Chat requests the studio sends the endpoint at once, across every process: the "
+        "endpoint's own capacity (llama.cpp's --parallel slots, what vLLM or a hosted plan serves).",
+    )
     llm_url: str = Field(
         default="http://127.0.0.1:8080/v1",
         description="OpenAI-compatible API base URL (vLLM, llama.cpp's server, Ollama's /v1, a hosted API).",

@@ -7,7 +7,9 @@ Locks are transaction-level: the database releases them when the transaction end
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import random
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import sqlalchemy as sa
@@ -55,3 +57,45 @@ def held_or_busy(engine: sa.Engine, name: str, *, busy: str) -> Iterator[sa.Conn
         if not conn.scalar(sa.text("select pg_try_advisory_xact_lock(:k)"), {"k": lock_key(name)}):
             raise LockBusy(busy)
         yield conn
+
+
+ANY_WAIT_STEP_S = 0.5
+"""How long `held_any` waits on one busy lock before trying all of them again."""
+
+
+@contextmanager
+def held_any(engine: sa.Engine, names: Sequence[str], *, timeout_s: float) -> Iterator[str]:
+    """Hold the first free lock of `names` (tried in order) for the block and give its name.
+
+    When all are held, wait on one of them at random (woken the moment it is released), trying all again
+    every `ANY_WAIT_STEP_S`; after `timeout_s` raise LockTimeout. A pool of interchangeable resources (a
+    role's conversations, an endpoint's slots) is a list of names.
+    """
+    if not names:
+        raise ValueError("held_any needs at least one lock name")
+    deadline = time.monotonic() + timeout_s
+    with engine.connect() as conn:
+        while True:
+            transaction = conn.begin()
+            name = _first_free(conn, names)
+            if name is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    transaction.rollback()
+                    raise LockTimeout(f"waited over {timeout_s:g} s for any of {len(names)} locks {names[0]!r}, ...")
+                name = random.choice(names)
+                try:
+                    acquire(conn, name, timeout_s=min(ANY_WAIT_STEP_S, left))
+                except LockTimeout:
+                    transaction.rollback()
+                    continue
+            break
+        with transaction:
+            yield name
+
+
+def _first_free(conn: sa.Connection, names: Sequence[str]) -> str | None:
+    for name in names:
+        if conn.scalar(sa.text("select pg_try_advisory_xact_lock(:k)"), {"k": lock_key(name)}):
+            return name
+    return None

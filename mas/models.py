@@ -228,6 +228,27 @@ class AgentMessage(Base):
     created_at: Mapped[datetime] = _now_column()
 
 
+class AgentCall(Base):
+    """One role call to a model: which conversation answered, about which video or batch, how many tries
+    and seconds, and its tokens (prompt, of them served from the endpoint's prompt cache, completion)."""
+
+    __tablename__ = "agent_calls"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    agent: Mapped[str] = mapped_column(String(64))
+    task: Mapped[str] = mapped_column(String(32))
+    # plain ids, no foreign keys: the record of a cost never stops the call it records, nor a clean-up
+    video_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    batch_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    tries: Mapped[int] = mapped_column(Integer)
+    valid: Mapped[bool] = mapped_column(Boolean)
+    seconds: Mapped[float] = mapped_column(Float)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _now_column()
+
+
 class AgentBuffer(Base):
     """Per-agent buffer bookkeeping: the running summary and failed summarize attempts."""
 

@@ -94,9 +94,15 @@ TUNE_LOCK = "tune"
 LETTA_PROVISION_LOCK = "letta:provision"
 
 
-def agent_lock(role: str) -> str:
-    """One call at a time to one agent (Letta loses in-context messages on concurrent calls)."""
-    return f"agent:{role}"
+def agent_lock(conversation: str) -> str:
+    """One call at a time to one conversation of a role (its messages must not interleave; Letta loses
+    in-context messages on concurrent calls to one agent)."""
+    return f"agent:{conversation}"
+
+
+def endpoint_slot(url: str, slot: int) -> str:
+    """One of the calls in flight an LLM endpoint is allowed (MAS_LLM_MAX_IN_FLIGHT)."""
+    return f"llm:{url}:{slot}"
 
 
 def block_lock(label: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 from celery import shared_task
@@ -49,10 +50,10 @@ def plan_batch(self, batch_id: int) -> dict:
         done = session.scalar(sa.select(Series.episodes_planned).where(Series.name == series_name)) or 0
     crew = agents.backend(settings)
     if request.kind == "ab":  # the Director proposes, the studio shows what teaches the user's taste most
-        proposals = crew.director.plan(ab_design.proposals_request(request, settings=settings))
+        proposals = crew.director.plan(ab_design.proposals_request(request, settings=settings), batch_id=batch_id)
         plan = ab_design.offer(proposals, count=request.count, settings=settings)
     else:
-        plan = crew.director.plan(request, episodes_done=done)
+        plan = crew.director.plan(request, episodes_done=done, batch_id=batch_id)
     with session_scope(settings) as session:
         batch = session.execute(sa.select(Batch).where(Batch.id == batch_id).with_for_update()).scalar_one()
         if batch.status != BatchStatus.queued:
@@ -191,7 +192,7 @@ class Write:
         )
 
     def work(self, run: StepRun, facts: VideoFacts) -> Draft:
-        return agents.backend(run.settings).writer.write(_brief(run.settings, facts, run.attempt))
+        return agents.backend(run.settings).writer.write(_brief(run.settings, facts, run.attempt, run.video_id))
 
     def record(self, run: StepRun, session: Session, video: Video, draft: Draft) -> Outcome:
         session.add(
@@ -217,7 +218,7 @@ class Write:
         return Outcome(state=S.rendering, remember=remember)
 
 
-def _brief(settings, facts: VideoFacts, attempt: int) -> WriterBrief:
+def _brief(settings, facts: VideoFacts, attempt: int, video_id: int) -> WriterBrief:
     style = blocks.read(settings, "user_style")
     quality = blocks.read(settings, "quality_standards")
     series = blocks.read(settings, "current_series") if facts.in_series else {}
@@ -239,6 +240,7 @@ def _brief(settings, facts: VideoFacts, attempt: int) -> WriterBrief:
         past_failures=failures,
         previous_failures=facts.previous_failures,
         approach=facts.approach,
+        video_id=video_id,
     )
 
 
@@ -286,6 +288,7 @@ class Review:
             min_grade=quality["MIN_ACCEPTABLE_GRADE"],
             attempt=run.attempt,
             max_retries=quality["MAX_RETRIES"],
+            video_id=run.video_id,
         )
         # archived before the video moves on, so a finished batch has every attempt in archival memory
         _archive_attempt(run.settings, graded, verdict=verdict)
@@ -401,6 +404,7 @@ def consolidate(self) -> dict:
                 or ""
             )
             activity.append(f"{v.state.value}: video {v.id} grade {v.grade} after {v.attempt_count} attempts; {prompt}")
+    activity += _conversations_since(settings, datetime.fromisoformat(since) if since else None)
     for line in activity:
         recall.append(settings, "director_sleeptime", role="user", content=line[:500])
     result = crew.consolidator.consolidate(activity=activity)
@@ -419,6 +423,19 @@ def consolidate(self) -> dict:
             [NewPassage(text=text, tags=["learning"], metadata={"source": "sleeptime"}) for text in result.learnings]
         )
     return {"summary": result.summary, "learnings": result.learnings}
+
+
+CONSOLIDATED_REPLIES = 20
+"""Newest replies of each role (over all its conversations) that a consolidation reads."""
+
+
+def _conversations_since(settings, since: datetime | None) -> list[str]:
+    """What every conversation of every role answered since the last consolidation, oldest first."""
+    lines = []
+    for role in recall.PRIMARY_AGENTS:
+        said = recall.recent(settings, role, since=since, limit=2 * CONSOLIDATED_REPLIES)
+        lines += [f"{m.agent} answered: {m.content[:300]}" for m in reversed(said) if m.role == "assistant"]
+    return lines
 
 
 # --- resume ---------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from mas import db
 from mas.agents.llm import LLMAgent, LLMReplyError, LLMUnavailable, llm_agents
-from mas.agents.llm.context import system_prompt
+from mas.agents.llm.context import changing_memory, system_prompt
 from mas.agents.protocol import Question
 from mas.agents.replies import DraftReply
 from mas.agents.roles import WriterBrief
@@ -72,7 +72,7 @@ def _record_exchanges(settings: Settings, title: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     with (ARTIFACTS / "llm-exchanges.md").open("a") as out:
         out.write(f"\n# {title}\n")
-        for agent in recall.AGENTS:
+        for agent in recall.known(settings):
             messages = recall.context(settings, agent).messages
             if not messages:
                 continue
@@ -118,14 +118,17 @@ def test_the_context_carries_core_memory_statistics_and_recall(clean, real_llm):
     agent = LLMAgent(settings, "writer")
     agent.ask(Question(task="write", payload={"brief": {"concept": "a heron"}}, shape='{"prompt": str}', reply=DraftReply))
     assert agent.last is not None and agent.last.prompt_tokens > 0 and agent.last.completion_tokens > 0
-    prompt = system_prompt(settings, "writer")
-    for label in ("session_state", "user_style", "quality_standards", "production_queue", "current_series", "ab_testing"):
-        assert f"<{label}>" in prompt
-    assert "archival memory: 0 passages" in prompt and "recall memory: 2 past messages of yours" in prompt
+    # the stable part first (what a prefix cache serves again), what every step rewrites in the call itself
+    stable, now = system_prompt(settings, "writer"), changing_memory(settings, "writer")
+    for label in ("user_style", "quality_standards", "current_series", "ab_testing"):
+        assert f"<{label}>" in stable and f"<{label}>" not in now
+    for label in ("session_state", "production_queue"):
+        assert f"<{label}>" in now and f"<{label}>" not in stable
+    assert "archival memory: 0 passages" in now and "recall memory: 2 past messages of yours" in now
 
 
-def test_calls_to_one_agent_are_serialized(clean, real_llm):
-    """Two processes' worth of calls to one agent never overlap: its buffer alternates question, reply."""
+def test_calls_of_one_role_run_at_once_on_the_real_model_and_never_mix(clean, real_llm):
+    """Three calls of the Writer at once go to three conversations: each holds whole exchanges only."""
     from concurrent.futures import ThreadPoolExecutor
 
     # what is checked is the order of the calls, not the model: more tries, so a rambling reply cut at the
@@ -138,8 +141,12 @@ def test_calls_to_one_agent_are_serialized(clean, real_llm):
     for call in calls:  # a call the model never answered validly writes nothing, and may only fail that way
         assert call.exception() is None or isinstance(call.exception(), LLMReplyError), call.exception()
     assert len(answered) >= 2, [str(call.exception()) for call in calls]
-    roles = [m.role for m in recall.context(settings, "writer").messages]
-    assert roles == ["user", "assistant"] * len(answered)
+    exchanges = 0
+    for talk in recall.conversations("writer", settings.agent_conversations):
+        roles = [m.role for m in recall.context(settings, talk).messages]
+        assert roles == ["user", "assistant"] * (len(roles) // 2), talk
+        exchanges += len(roles) // 2
+    assert exchanges == len(answered)
 
 
 @pytest.mark.parametrize("bad", [

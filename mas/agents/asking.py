@@ -57,7 +57,7 @@ class AskingDirector:
     def __init__(self, asker: Asker) -> None:
         self._asker = asker
 
-    def plan(self, request: ProductionRequest, *, episodes_done: int = 0) -> Plan:
+    def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan:
         rules = f"exactly {request.count} videos, each a distinct concept on the theme. " + {
             "ab": "kind ab: variations of one concept, each with a distinct camera/visual approach.",
             "series": f"kind series: episodes {episodes_done + 1} to {episodes_done + request.count} of "
@@ -72,6 +72,7 @@ class AskingDirector:
                 reply=PlanReply,
                 rules=rules,
                 context={"count": request.count},
+                batch_id=batch_id,
             )
         )
         assert isinstance(reply, PlanReply)
@@ -122,7 +123,7 @@ class AskingWriter:
         self._asker, self._candidates, self._rank = asker, candidates, rank
 
     def write(self, brief: WriterBrief) -> Draft:
-        payload = {"brief": asdict(brief)}
+        payload = {"brief": {k: v for k, v in asdict(brief).items() if k != "video_id"}}
         if self._candidates <= 1:
             reply = self._asker.ask(
                 Question(
@@ -131,6 +132,7 @@ class AskingWriter:
                     shape='{"prompt": str, "negative_prompt": str}',
                     reply=DraftReply,
                     rules=WRITE_RULES,
+                    video_id=brief.video_id,
                 )
             )
             assert isinstance(reply, DraftReply)
@@ -143,6 +145,7 @@ class AskingWriter:
                 reply=CandidatesReply,
                 context={"count": self._candidates},
                 rules=f"{self._candidates} distinct candidate prompts; " + WRITE_RULES,
+                video_id=brief.video_id,
             )
         )
         assert isinstance(reply, CandidatesReply)
@@ -161,7 +164,14 @@ class AskingCameraman:
         self._asker = asker
 
     def review(
-        self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int
+        self,
+        *,
+        grade: str,
+        scores: dict[str, float],
+        min_grade: str,
+        attempt: int,
+        max_retries: int,
+        video_id: int | None = None,
     ) -> Verdict:
         reply = self._asker.ask(
             Question(
@@ -175,6 +185,7 @@ class AskingCameraman:
                 },
                 shape='{"action": "accept"|"refine"|"fail", "failure_reasons": [str], "strategy": str}',
                 reply=VerdictReply,
+                video_id=video_id,
                 rules="grades run A (best) to F; accept when grade is min_grade or better; otherwise name the weak "
                 "axes as failure_reasons and refine with a strategy while attempt < max_retries, else fail.",
             )

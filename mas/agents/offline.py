@@ -90,7 +90,7 @@ def _words(text: str) -> list[str]:
 class OfflineDirector:
     """Plans batches, series and A/B tests from the parsed request; reads style feedback by keywords."""
 
-    def plan(self, request: ProductionRequest, *, episodes_done: int = 0) -> Plan:
+    def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan:
         if request.kind == "ab":
             return Plan(
                 videos=[
@@ -180,7 +180,14 @@ class OfflineCameraman:
     weak_below = 0.7
 
     def review(
-        self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int
+        self,
+        *,
+        grade: str,
+        scores: dict[str, float],
+        min_grade: str,
+        attempt: int,
+        max_retries: int,
+        video_id: int | None = None,
     ) -> Verdict:
         if grade_at_least(grade, min_grade):
             return Verdict(action="accept", failure_reasons=[])

@@ -58,6 +58,8 @@ class Question:
     reply: type[BaseModel]
     rules: str = ""
     context: dict[str, Any] = field(default_factory=dict)  # validation context (e.g. how many videos)
+    video_id: int | None = None  # what the call is about: its cost is counted there, its conversation
+    batch_id: int | None = None  # is the one this video (or batch) used before when that one is free
 
     def message(self) -> str:
         """The text of the call: TASK, INPUT (JSON), REPLY (the shape wanted), RULES."""

@@ -53,6 +53,7 @@ class WriterBrief:
     past_failures: list[str] = field(default_factory=list)  # archival: rejected attempts nearest the concept
     previous_failures: list[str] = field(default_factory=list)  # this video's last attempt
     approach: str = ""
+    video_id: int | None = None  # which video it is for (bookkeeping; not shown to the model)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +79,7 @@ class Consolidation:
 
 
 class Director(Protocol):
-    def plan(self, request: ProductionRequest, *, episodes_done: int = 0) -> Plan: ...
+    def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan: ...
 
     def read_style(self, feedback: str) -> StylePreferences: ...
 
@@ -89,7 +90,14 @@ class Writer(Protocol):
 
 class Cameraman(Protocol):
     def review(
-        self, *, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int
+        self,
+        *,
+        grade: str,
+        scores: dict[str, float],
+        min_grade: str,
+        attempt: int,
+        max_retries: int,
+        video_id: int | None = None,
     ) -> Verdict: ...
 
 

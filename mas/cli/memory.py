@@ -97,7 +97,7 @@ def memory_stats(settings: Settings) -> None:
         table.add_row(tag, str(n))
     console.print(table)
     buffers = Table("agent", "messages in context")
-    for agent in recall.AGENTS:
+    for agent in recall.known(settings):
         buffers.add_row(agent, str(recall.count(settings, agent)))
     console.print(buffers)
 

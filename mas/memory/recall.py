@@ -1,6 +1,6 @@
 """Recall memory: every message each agent saw, and the live buffer it sees now.
 
-Each agent has a live buffer (its `agent_messages` rows with `in_context` true) and a running summary
+Each agent (each conversation of a role: `conversation`) has a live buffer (its `agent_messages` rows with `in_context` true) and a running summary
 (`agent_buffers.summary`). A message leaving the buffer is only marked out of context: it stays in
 recall, where `search` finds it. Every write to one agent's buffer first locks that agent's
 `agent_buffers` row, so concurrent writers (Celery processes, the maintenance beat) serialize per agent
@@ -39,6 +39,8 @@ SUMMARY_MAX_CHARS = 4000  # cap on any stored summary, whichever summarizer wrot
 DIGEST_LINE_MAX_CHARS = 200  # one evicted message's line in the default digest
 KEEP_AFTER_SUMMARY = 10  # live messages `summarize` leaves in context, so the agent keeps its thread
 ROLE_MAX_CHARS = 16  # width of agent_messages.role
+MAX_CONVERSATIONS = 64  # conversations one agent may hold (MAS_AGENT_CONVERSATIONS' bound)
+EVICT_CHUNK_DIVISOR = 4  # an overflowing buffer evicts a quarter of its bound at once (see `append`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,9 +71,28 @@ Summarizer = Callable[[str, Sequence[Message]], str]
 """(previous summary, messages leaving the buffer, oldest first) -> the new summary."""
 
 
+def conversation(agent: str, index: int) -> str:
+    """What recall calls conversation `index` of `agent`: the agent's own name for the first (its history
+    from before conversations), `agent.index` for the others. Each has its own buffer and summary."""
+    _check_agent(agent)
+    if not 0 <= index < MAX_CONVERSATIONS:
+        raise InvalidInput(f"conversation index must be 0 to {MAX_CONVERSATIONS - 1}, got {index}")
+    return agent if index == 0 else f"{agent}.{index}"
+
+
+def conversations(agent: str, count: int) -> tuple[str, ...]:
+    """The first `count` conversations of `agent`."""
+    return tuple(conversation(agent, index) for index in range(count))
+
+
+def agent_of(name: str) -> str:
+    """The agent a conversation belongs to."""
+    return _check_agent(name).split(".", 1)[0]
+
+
 def is_sleeptime(agent: str) -> bool:
     """True for the sleeptime companions, which must start each run from a clear buffer."""
-    return _check_agent(agent).endswith("_sleeptime")
+    return agent_of(agent).endswith("_sleeptime")
 
 
 def digest(summary: str, evicted: Sequence[Message]) -> str:
@@ -95,7 +116,8 @@ def append(settings: Settings, agent: str, *, role: str, content: str, summarize
     """Add a message to the agent's live buffer and return its id.
 
     When the buffer then holds more than `context_max_messages`, the oldest messages leave context and
-    are folded into the summary. If the summarizer fails they leave anyway (the bound on context is the
+    are folded into the summary: a quarter of the bound at once, so the buffer's start (and with it the
+    prompt prefix an endpoint caches) stays the same for many calls. If the summarizer fails they leave anyway (the bound on context is the
     point) with the summary unchanged and the failure counted; they remain in recall either way.
     """
     _check_agent(agent)
@@ -110,7 +132,8 @@ def append(settings: Settings, agent: str, *, role: str, content: str, summarize
         ).scalar_one()
         overflow = _live_count(session, agent) - settings.context_max_messages
         if overflow > 0:
-            evicted = _oldest_live(session, agent, overflow)
+            chunk = settings.context_max_messages // EVICT_CHUNK_DIVISOR
+            evicted = _oldest_live(session, agent, overflow + chunk)
             try:
                 _fold(session, buffer, evicted, summarizer)
             except SummaryFailed:
@@ -226,11 +249,34 @@ def reset(settings: Settings, agent: str) -> int:
         return _clear(session, _lock(session, agent), keep_summary=True)
 
 
+def recent(settings: Settings, agent: str, *, since: datetime | None, limit: int) -> list[Message]:
+    """The newest messages of every conversation of `agent` written after `since` (None: ever), newest
+    first: what the sleeptime consolidator reads of a role."""
+    base = agent_of(agent)
+    statement = (
+        sa.select(AgentMessage)
+        .where(sa.or_(AgentMessage.agent == base, AgentMessage.agent.like(f"{_escape_like(base)}.%", escape="\\")))
+        .order_by(AgentMessage.id.desc())
+        .limit(limit)
+    )
+    if since is not None:
+        statement = statement.where(AgentMessage.created_at > since)
+    with session_scope(settings) as session:
+        return [_message(r) for r in session.scalars(statement)]
+
+
+def known(settings: Settings) -> list[str]:
+    """Every agent, then every further conversation that has a buffer, in name order."""
+    with session_scope(settings) as session:
+        names = set(session.scalars(sa.select(AgentBuffer.agent)))
+    return [*AGENTS, *sorted(n for n in names - set(AGENTS) if _is_conversation(n))]
+
+
 def maintain(settings: Settings, *, summarizer: Summarizer = digest) -> list[Action]:
-    """Maintenance v3 (`mas.memory.buffer_policy`) on every agent's buffer, each under its row lock; one
-    record per agent."""
+    """Maintenance v3 (`mas.memory.buffer_policy`) on every agent's and conversation's buffer, each under
+    its row lock; one record per buffer."""
     actions = []
-    for agent in AGENTS:
+    for agent in known(settings):
         with session_scope(settings) as session:
             buffer = _lock(session, agent)
             before = _live_count(session, agent)
@@ -364,7 +410,18 @@ def _escape_like(word: str) -> str:
     return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _check_agent(agent: str) -> str:
+def _is_conversation(name: str) -> bool:
+    agent, _, index = name.partition(".")
     if agent not in AGENTS:
-        raise InvalidInput(f"unknown agent {agent!r}; expected one of {', '.join(AGENTS)}")
+        return False
+    if not index:
+        return True
+    return index.isdigit() and not index.startswith("0") and int(index) < MAX_CONVERSATIONS
+
+
+def _check_agent(agent: str) -> str:
+    if not _is_conversation(agent):
+        raise InvalidInput(
+            f"unknown agent {agent!r}; expected one of {', '.join(AGENTS)}, or a conversation of one (writer.2)"
+        )
     return agent

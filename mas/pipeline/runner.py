@@ -39,7 +39,7 @@ from mas.names import Priority
 from mas.pipeline import leases, states
 from mas.pipeline.leases import Lease
 from mas.pipeline.outcomes import fail_on_error, finish_video
-from mas.pipeline.steps import BY_STATE, Step, StepPayload, after, order
+from mas.pipeline.steps import BY_STATE, Step, StepPayload, after, message_priority, order
 from mas.runtime.app import AgentStepTask, GpuStepTask, prioritized
 
 log = logging.getLogger(__name__)
@@ -200,11 +200,17 @@ def priority_of(task: Task) -> Priority:
 
 
 def video_chain(app, payload: StepPayload, *, start: Step, priority: Priority):
-    """The chain of one attempt of one video from `start` on; every step of high-priority work goes to its
-    urgent queue. Each step hands the next the payload it was given."""
-    first: Signature = app.signature(start.task, args=(payload.to_json(),))
-    rest = [app.signature(step.task) for step in after(start)]
-    return chain(*(prioritized(app, signature, priority) for signature in (first, *rest)))
+    """The chain of one attempt of one video from `start` on. Each step hands the next the payload it was
+    given. High-priority work goes to the urgent queues, first come, first served; other work waits in its
+    queue by `message_priority` (finish what is started first)."""
+    links = []
+    for step in (start, *after(start)):
+        signature: Signature = app.signature(step.task, args=(payload.to_json(),) if step is start else ())
+        if priority != "high":
+            grouped = app.settings.gpu_grouping
+            signature.set(priority=message_priority(step, payload.attempt, grouped=grouped))
+        links.append(prioritized(app, signature, priority))
+    return chain(*links)
 
 
 def resume_point(video: Video) -> tuple[Step, StepPayload]:

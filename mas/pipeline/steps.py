@@ -38,6 +38,8 @@ class Step:
     """What it does, for people."""
     on_gpu: bool = False
     """Whether it runs on the gpu worker (its retries and time limits are the gpu steps')."""
+    finishes: bool = False
+    """Whether it finishes what an earlier step started (a grading, a review): taken before new work."""
 
 
 STEPS: tuple[Step, ...] = (
@@ -66,6 +68,7 @@ STEPS: tuple[Step, ...] = (
         leads_to=(S.reviewing,),
         work="the grader scores the render per axis and grades it",
         on_gpu=True,
+        finishes=True,
     ),
     Step(
         name="review",
@@ -74,6 +77,7 @@ STEPS: tuple[Step, ...] = (
         state=S.reviewing,
         leads_to=(S.accepted, S.writing, S.failed),
         work="the Cameraman accepts the attempt, refines it (the next attempt's write) or gives the video up",
+        finishes=True,
     ),
 )
 """In the order an attempt runs them."""
@@ -92,6 +96,26 @@ def after(step: Step) -> tuple[Step, ...]:
 def order(state: VideoState) -> int:
     """Where a live state comes in an attempt (0 for writing)."""
     return STEPS.index(BY_STATE[state])
+
+
+FINISH = 0
+"""Message priority of work that finishes what is started (the Redis transport takes lower numbers first)."""
+REFINE = 3
+"""Message priority of a refinement's write and render: an attempt of a video already under way."""
+NEW = 6
+"""Message priority of new work: a video's first write and render."""
+
+
+def message_priority(step: Step, attempt: int, *, grouped: bool) -> int:
+    """Where a step's message waits in its queue: finish what is started, then refinements, then new videos.
+
+    Gradings share the renders' queue unless `grouped` (MAS_GPU_GROUPING: the grader and the video model
+    cannot both stay loaded), and then keep the renders' level so the gpu worker stays with one kind of
+    work while it has any (`mas.runtime.queue_order`); otherwise a grading comes right after its render.
+    """
+    if step.finishes and not (grouped and step.on_gpu):
+        return FINISH
+    return REFINE if attempt > 1 else NEW
 
 
 @dataclass(frozen=True, kw_only=True)

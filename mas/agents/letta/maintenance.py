@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 
+from mas.agents import conversations
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaError, LettaUnavailable
 from mas.agents.letta.server import ROLES, in_context, role_agents, sleeptime_group
 from mas.agents.letta.status import health
-from mas.agents.serial import agent_turn
 from mas.config import Settings
 from mas.locks import LockTimeout
 from mas.memory import buffer_policy
@@ -67,7 +67,7 @@ def maintain(settings: Settings, *, api=None, lock: bool = True) -> list[Action]
     primaries, companions = targets(api)
     for name, agent_id in (primaries | companions).items():
         try:
-            with agent_turn(settings, name) if lock and name in primaries else nullcontext():
+            with conversations.exclusive(settings, name) if lock and name in primaries else nullcontext():
                 action = maintain_agent(settings, api, name, agent_id)
         except (LettaError, LockTimeout) as exc:  # one agent failing must not stop the others
             log.error("maintain %s: %s", name, exc)

@@ -6,8 +6,9 @@ created when missing:
 - six core blocks, one per label of `mas.memory.blocks.SCHEMAS`, each holding its value as JSON
   (Appendix B defaults): the studio's shared ones, the same block ids attached to every crew, and the
   taste blocks (`PER_USER`), the user's own;
-- three agents, `director`, `writer` and `cameraman` (for a named user, tagged as theirs), with
-  sleeptime enabled: Letta gives each a sleeptime companion (`<name>-sleeptime`) in a group that runs it
+- MAS_AGENT_CONVERSATIONS agents for each of `director`, `writer` and `cameraman` (`writer`, `writer.1`,
+  ...: the role's conversations, `mas.agents.conversations`; for a named user, tagged as theirs), all
+  sharing the same core blocks, with sleeptime enabled: Letta gives each a sleeptime companion (`<name>-sleeptime`) in a group that runs it
   every MAS_SLEEPTIME_FREQUENCY turns;
   the companions get `message_buffer_autoclear` (the seed system's finding: accumulated history made
   them ignore their instructions), and instructions to keep the JSON blocks valid.
@@ -28,13 +29,13 @@ from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaRejected
 from mas.agents.letta.prompts import SLEEPTIME_PERSONA, SLEEPTIME_PERSONA_LABEL
 from mas.agents.letta.server import (
-    ROLES,
     TAG,
     agent_name,
     agent_tags,
     block_tags,
     block_text,
     blocks_by_label,
+    crew_conversations,
     find_agent,
     letta_name,
     set_sleeptime_frequency,
@@ -42,6 +43,7 @@ from mas.agents.letta.server import (
 )
 from mas.agents.protocol import system_prompt
 from mas.config import Settings
+from mas.memory import recall
 from mas.memory.blocks import defaults
 from mas.singletons import per_process
 
@@ -50,9 +52,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class AgentIds:
-    """One provisioned role agent and its sleeptime companions."""
+    """One provisioned agent (a conversation of a role) and its sleeptime companions."""
 
-    role: str
+    conversation: str
     id: str
     group_id: str | None
     sleeptime_ids: tuple[str, ...]
@@ -63,15 +65,15 @@ class Provisioned:
     """What is on the server now, and what this call created or repaired."""
 
     blocks: dict[str, str]  # label -> block id
-    agents: dict[str, AgentIds]  # role -> ids
+    agents: dict[str, AgentIds]  # conversation (writer, writer.1, ...) -> ids
     created: list[str] = field(default_factory=list)  # "block user_style", "agent director"
     changed: list[str] = field(default_factory=list)  # "director: attached block ab_testing", ...
 
 
-def _ids(role: str, agent) -> AgentIds:
+def _ids(conversation: str, agent) -> AgentIds:
     group = sleeptime_group(agent)
     return AgentIds(
-        role=role,
+        conversation=conversation,
         id=agent.id,
         group_id=group.id if group else None,
         sleeptime_ids=tuple(group.agent_ids) if group else (),
@@ -85,11 +87,11 @@ def find(settings: Settings, *, api=None) -> Provisioned | None:
     if any(not found for found in blocks.values()):
         return None
     agents = {}
-    for role in ROLES:
-        agent = find_agent(api, role, user=settings.user)
+    for conversation in crew_conversations(settings):
+        agent = find_agent(api, conversation, user=settings.user)
         if agent is None or not sleeptime_group(agent):
             return None
-        agents[role] = _ids(role, agent)
+        agents[conversation] = _ids(conversation, agent)
     return Provisioned(blocks={label: found[0].id for label, found in blocks.items()}, agents=agents)
 
 
@@ -130,33 +132,33 @@ def _provision(settings: Settings, api) -> Provisioned:
         log.info("created Letta block %s (%s)", label, block.id)
 
     agents: dict[str, AgentIds] = {}
-    for role in ROLES:
-        name = agent_name(role, settings.user)
-        agent = find_agent(api, role, user=settings.user)
+    for conversation in crew_conversations(settings):
+        name = agent_name(conversation, settings.user)
+        agent = find_agent(api, conversation, user=settings.user)
         fresh = agent is None
         if fresh:
             with translated(f"creating agent {name}"):
                 agent = api.agents.create(
-                    name=letta_name(role, settings.user),
+                    name=letta_name(conversation, settings.user),
                     model=settings.letta_model,
                     embedding=settings.letta_embedding,
-                    system=system_prompt(role),
+                    system=system_prompt(recall.agent_of(conversation)),
                     block_ids=list(blocks.values()),
-                    tags=agent_tags(role, settings.user),
+                    tags=agent_tags(recall.agent_of(conversation), settings.user),
                     enable_sleeptime=True,
                     description=f"mas {name}",
                 )
             created.append(f"agent {name}")
             log.info("created Letta agent %s (%s)", name, agent.id)
-            agent = find_agent(api, role, user=settings.user) or agent
+            agent = find_agent(api, conversation, user=settings.user) or agent
         # a new agent's companion is set up here too; that is part of creating it, not a repair
-        agents[role] = _repair(settings, api, role, agent, blocks, [] if fresh else changed)
+        agents[conversation] = _repair(settings, api, conversation, agent, blocks, [] if fresh else changed)
     return Provisioned(blocks=blocks, agents=agents, created=created, changed=changed)
 
 
-def _repair(settings: Settings, api, role: str, agent, blocks: dict[str, str], changed: list[str]) -> AgentIds:
+def _repair(settings: Settings, api, conversation: str, agent, blocks: dict[str, str], changed: list[str]) -> AgentIds:
     """Bring one found agent to the wanted state; note each change."""
-    name = agent_name(role, settings.user)
+    name = agent_name(conversation, settings.user)
     attached = {b.id for b in (agent.blocks or [])}
     for label, block_id in blocks.items():
         if block_id not in attached:
@@ -168,7 +170,7 @@ def _repair(settings: Settings, api, role: str, agent, blocks: dict[str, str], c
         with translated(f"enabling sleeptime on {name}"):
             api.agents.update(agent.id, enable_sleeptime=True)
         changed.append(f"{name}: enabled sleeptime")
-        agent = find_agent(api, role, user=settings.user)
+        agent = find_agent(api, conversation, user=settings.user)
         group = sleeptime_group(agent) if agent is not None else None
         if not group:
             raise LettaRejected(f"enabling sleeptime on {name} made no sleeptime group")
@@ -179,7 +181,7 @@ def _repair(settings: Settings, api, role: str, agent, blocks: dict[str, str], c
         )
     for sleeptime_id in group.agent_ids:
         _repair_companion(api, name, sleeptime_id, blocks, changed)
-    return _ids(role, agent)
+    return _ids(conversation, agent)
 
 
 def _repair_companion(api, name: str, sleeptime_id: str, blocks: dict[str, str], changed: list[str]) -> None:

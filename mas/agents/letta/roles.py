@@ -2,31 +2,28 @@
 
 The roles are `mas.agents.asking`'s, as for every model-backed backend; here is the transport: a role
 call brings the server's core blocks up to date with the studio's, sends the question's message to the
-role's agent (the one of `settings.user`'s crew) and validates the JSON object of its reply. Calls to
-one agent are serialized (`mas.agents.serial`): Letta loses in-context messages when one agent gets two
-at once.
+role's agents (one per conversation of `settings.user`'s crew: `mas.agents.conversations`) and validates
+the JSON object of its reply. Each agent takes one call at a time (Letta loses in-context messages when one
+agent gets two at once); a role's calls run in parallel on its several agents.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from pydantic import BaseModel, ValidationError
 
+from mas.agents import conversations
 from mas.agents.asking import AskingCameraman, AskingConsolidator, AskingDirector, AskingWriter
 from mas.agents.letta.blocks import push_studio_blocks
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaNotFound, LettaReplyError
 from mas.agents.letta.provisioning import crew
 from mas.agents.letta.replies import REPLY_EXCERPT_CHARS, reply_object
-from mas.agents.letta.server import agent_name
 from mas.agents.protocol import Question
 from mas.agents.replies import problem
 from mas.agents.roles import Agents
-from mas.agents.serial import agent_turn
 from mas.config import Settings
 
 log = logging.getLogger(__name__)
@@ -46,38 +43,35 @@ class RoleAgent:
 
     def ask(self, question: Question) -> BaseModel:
         push_studio_blocks(self.settings, lock=self.serialize)
-        response = self._send(question.message(), question.task)
-        value = reply_object(response, agent=self.role, task=question.task)
+        prefer = question.video_id or question.batch_id
+        with conversations.turn(
+            self.settings, self.role, prefer=prefer, lock=self.serialize, user=self.settings.user
+        ) as talk:
+            response = self._send(talk, question.message(), question.task)
+        value = reply_object(response, agent=talk, task=question.task)
         try:
             return question.reply.model_validate(value, context=question.context)
         except ValidationError as error:
             raise LettaReplyError(
-                agent=self.role,
+                agent=talk,
                 task=question.task,
                 problem=problem(error),
                 excerpt=json.dumps(value)[:REPLY_EXCERPT_CHARS],
             ) from None
 
-    def _send(self, text: str, task: str):
+    def _send(self, talk: str, text: str, task: str):
         api = client(self.settings).with_options(timeout=MESSAGE_TIMEOUT_S, max_retries=0)
-        agent_id = crew(self.settings).agents[self.role].id
-        try:
-            return self._message(api, agent_id, text, task)
-        except LettaNotFound:
-            log.warning("Letta agent %s (%s) vanished; looking it up again", self.role, agent_id)
-        return self._message(api, crew(self.settings, refresh=True).agents[self.role].id, text, task)
+        known = crew(self.settings).agents.get(talk)
+        if known is not None:
+            try:
+                return self._message(api, talk, known.id, text, task)
+            except LettaNotFound:
+                log.warning("Letta agent %s (%s) vanished; looking it up again", talk, known.id)
+        return self._message(api, talk, crew(self.settings, refresh=True).agents[talk].id, text, task)
 
-    def _message(self, api, agent_id: str, text: str, task: str):
-        with self._exclusive(), translated(f"{self.role} {task}"):
+    def _message(self, api, talk: str, agent_id: str, text: str, task: str):
+        with translated(f"{talk} {task}"):
             return api.agents.messages.create(agent_id, messages=[{"role": "user", "content": text}])
-
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        if not self.serialize:
-            yield
-            return
-        with agent_turn(self.settings, agent_name(self.role, self.settings.user)):
-            yield
 
 
 def letta_agents(settings: Settings, *, serialize: bool = True) -> Agents:

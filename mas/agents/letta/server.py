@@ -20,6 +20,8 @@ from typing import Any
 
 from mas.agents.letta.client import translated
 from mas.agents.letta.errors import LettaRejected, LettaUnavailable
+from mas.config import Settings
+from mas.memory import recall
 from mas.memory.blocks import PER_USER, SCHEMAS
 from mas.models import DEFAULT_USER, users_own
 
@@ -29,7 +31,13 @@ TAG = "mas"
 """Tag on every agent and block this backend owns; with the name it is how they are found again."""
 
 ROLES = ("director", "writer", "cameraman")
-"""The Letta agents, by name. Each gets a sleeptime companion named `<name>-sleeptime`."""
+"""The roles the Letta agents play: MAS_AGENT_CONVERSATIONS agents each (`crew_conversations`). Each agent
+gets a sleeptime companion named `<name>-sleeptime`."""
+
+
+def crew_conversations(settings: Settings) -> list[str]:
+    """The agents of a crew, by conversation name: director, director.1, ..., writer, writer.1, ..."""
+    return [name for role in ROLES for name in recall.conversations(role, settings.agent_conversations)]
 
 
 USER_TAG_PREFIX = f"{TAG}:user:"
@@ -99,8 +107,9 @@ def find_agent(api, role: str, *, user: str = DEFAULT_USER):
 
 
 def role_agents(api, role: str) -> dict[str, Any]:
-    """Every user's agent for `role` (tagged `mas:<role>`; not their sleeptime companions, whatever tags
-    Letta gives those), with its sleeptime group, by what the studio calls it (`agent_name`)."""
+    """Every user's agents for `role`, one per conversation (tagged `mas:<role>`; not their sleeptime
+    companions, whatever tags Letta gives those), with their sleeptime groups, by what the studio calls them
+    (`agent_name`: writer, writer.1@alice, ...)."""
     with translated(f"listing agents {role}"):
         found = list(
             api.agents.list(
@@ -110,8 +119,10 @@ def role_agents(api, role: str) -> dict[str, Any]:
     companions = {i for a in found if (group := sleeptime_group(a)) for i in group.agent_ids}
     agents: dict[str, Any] = {}
     for agent in sorted(found, key=lambda a: (str(a.created_at or ""), a.id)):  # the oldest, as find_agent
-        if agent.id not in companions and agent.name == letta_name(role, _owner(agent)):
-            agents.setdefault(agent_name(role, _owner(agent)), agent)
+        owner = _owner(agent)
+        talks = {letta_name(talk, owner): talk for talk in recall.conversations(role, recall.MAX_CONVERSATIONS)}
+        if agent.id not in companions and agent.name in talks:
+            agents.setdefault(agent_name(talks[agent.name], owner), agent)
     return agents
 
 

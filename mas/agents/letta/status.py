@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaError
-from mas.agents.letta.server import ROLES, blocks_by_label, find_agent, in_context, sleeptime_frequency, sleeptime_group
+from mas.agents.letta.server import (
+    blocks_by_label,
+    crew_conversations,
+    find_agent,
+    in_context,
+    sleeptime_frequency,
+    sleeptime_group,
+)
 from mas.config import Settings
 from mas.memory.blocks import SCHEMAS
 from mas.redaction import redact_url
@@ -84,7 +91,7 @@ def status(settings: Settings, *, api=None) -> LettaStatus:
     blocks = {
         label: (found[0].id if found else None) for label, found in blocks_by_label(api, user=settings.user).items()
     }
-    agents = [_agent_status(settings, api, role, blocks) for role in ROLES]
+    agents = [_agent_status(settings, api, talk, blocks) for talk in crew_conversations(settings)]
     return LettaStatus(url=url, healthy=True, version=state.version, blocks=blocks, agents=agents)
 
 

@@ -1,7 +1,9 @@
 """One llm agent: a role's question sent with its memory, the reply validated, corrected, remembered.
 
-A call holds the agent (`mas.agents.serial`), so one agent's conversation never interleaves; different
-agents run in parallel across cpu workers. A reply that does not validate is shown its validation error
+A call holds one of its role's conversations (`mas.agents.conversations`), so a conversation never
+interleaves while calls of one role run in parallel across cpu workers, and each request holds one of the
+endpoint's slots (MAS_LLM_MAX_IN_FLIGHT). What a call cost (tries, seconds, prompt, cached and completion
+tokens) is written to `agent_calls` with the video or batch it was about. A reply that does not validate is shown its validation error
 and asked again, `MAS_LLM_REPLY_RETRIES` times, then the step fails with the reason (`LLMReplyError`,
 permanent: the batch or video records it). Only a validated exchange enters the agent's recall buffer,
 so a failed call leaves its memory as it was.
@@ -12,19 +14,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 
+from mas.agents import conversations
 from mas.agents.llm.client import complete
-from mas.agents.llm.context import alternating, conversation, system_prompt
+from mas.agents.llm.context import alternating, changing_memory, conversation, system_prompt
 from mas.agents.llm.errors import LLMReplyError
 from mas.agents.protocol import Question
 from mas.agents.replies import parse_json_object, problem
-from mas.agents.serial import agent_turn
 from mas.config import Settings
+from mas.db import session_scope
 from mas.memory import recall
+from mas.models import AgentCall
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +39,23 @@ REPLY_EXCERPT_CHARS = 200
 class Exchange:
     """What one call cost and how it went (the benchmark and the logs read it)."""
 
-    agent: str
+    agent: str  # the conversation that answered (`writer.2`)
     task: str
     tries: int
     seconds: float
     prompt_tokens: int
+    cached_tokens: int  # of prompt_tokens, those the endpoint served from its prompt cache
     completion_tokens: int
     mode: str
+    valid: bool
 
 
 class LLMAgent:
     """An `Asker` over an OpenAI-compatible endpoint, with the studio's memory as the agent's memory.
 
     `history=False` sends no recalled messages (the sleeptime agent, which starts every run clear).
-    `serialize=False` skips the per-agent lock, for callers with no studio database to hold it in.
+    `serialize=False` holds no conversation or endpoint slot and records nothing, for callers with no
+    studio database.
     """
 
     def __init__(self, settings: Settings, agent: str, *, history: bool = True, serialize: bool = True) -> None:
@@ -57,49 +63,64 @@ class LLMAgent:
         self.last: Exchange | None = None
 
     def ask(self, question: Question) -> BaseModel:
-        with agent_turn(self.settings, self.agent) if self.serialize else nullcontext():
-            reply, text = self._answer(question)
-            recall.append(self.settings, self.agent, role="user", content=question.message())
-            recall.append(self.settings, self.agent, role="assistant", content=text)
+        prefer = question.video_id or question.batch_id
+        with conversations.turn(self.settings, self.agent, prefer=prefer, lock=self.serialize) as talk:
+            try:
+                reply, text = self._answer(question, talk)
+            finally:
+                if self.serialize and self.last is not None:
+                    _record(self.settings, self.last, question)
+            recall.append(self.settings, talk, role="user", content=question.message())
+            recall.append(self.settings, talk, role="assistant", content=text)
         return reply
 
-    def _answer(self, question: Question) -> tuple[BaseModel, str]:
+    def _answer(self, question: Question, talk: str) -> tuple[BaseModel, str]:
+        """The validated reply. The stable part of the prompt comes first (persona, protocol, the blocks
+        that rarely change, then the conversation's summary and messages), what changes every call last,
+        so an endpoint's prefix cache serves all but the end of each call."""
+        self.last = None
         messages = [{"role": "system", "content": system_prompt(self.settings, self.agent)}]
         if self.history:
-            messages += conversation(self.settings, self.agent)
-        messages.append({"role": "user", "content": question.message()})
+            messages += conversation(self.settings, talk)
+        now = changing_memory(self.settings, talk)
+        messages.append({"role": "user", "content": f"{now}\n\n{question.message()}"})
         schema = question.schema()
-        prompt_tokens = completion_tokens = 0
+        prompt_tokens = cached_tokens = completion_tokens = 0
         started = time.monotonic()
         for attempt in range(1, self.settings.llm_reply_retries + 2):
-            completion = complete(self.settings, alternating(messages), schema=schema, name=question.task)
+            with conversations.endpoint_slot(self.settings, lock=self.serialize):
+                completion = complete(self.settings, alternating(messages), schema=schema, name=question.task)
             prompt_tokens += completion.prompt_tokens
+            cached_tokens += completion.cached_tokens
             completion_tokens += completion.completion_tokens
+            reply, trouble = _validated(question, completion.text)
             self.last = Exchange(
-                agent=self.agent,
+                agent=talk,
                 task=question.task,
                 tries=attempt,
                 seconds=time.monotonic() - started,
                 prompt_tokens=prompt_tokens,
+                cached_tokens=cached_tokens,
                 completion_tokens=completion_tokens,
                 mode=completion.mode,
+                valid=reply is not None,
             )
-            reply, trouble = _validated(question, completion.text)
             if reply is None and completion.truncated:
                 trouble = f"the reply was cut at {self.settings.llm_max_tokens} tokens (MAS_LLM_MAX_TOKENS); be brief"
             if reply is not None:
                 log.info(
-                    "llm %s %s: valid reply after %d tries in %.2f s (%d+%d tokens, %s)",
-                    self.agent,
+                    "llm %s %s: valid reply after %d tries in %.2f s (%d+%d tokens, %d cached, %s)",
+                    talk,
                     question.task,
                     attempt,
                     self.last.seconds,
                     prompt_tokens,
                     completion_tokens,
+                    cached_tokens,
                     completion.mode,
                 )
                 return reply, json.dumps(reply.model_dump(), ensure_ascii=False)
-            log.warning("llm %s %s: reply %d invalid: %s", self.agent, question.task, attempt, trouble)
+            log.warning("llm %s %s: reply %d invalid: %s", talk, question.task, attempt, trouble)
             messages += [
                 {"role": "assistant", "content": completion.text[: REPLY_EXCERPT_CHARS * 10]},
                 {
@@ -111,6 +132,25 @@ class LLMAgent:
         raise LLMReplyError(
             f"{self.agent} answered task {question.task!r} {attempt} times without a valid reply; last "
             f"problem: {trouble}; last reply: {completion.text[:REPLY_EXCERPT_CHARS]!r}"
+        )
+
+
+def _record(settings: Settings, exchange: Exchange, question: Question) -> None:
+    """One `agent_calls` row: what the call cost, about which video or batch (valid or not)."""
+    with session_scope(settings) as session:
+        session.add(
+            AgentCall(
+                agent=exchange.agent,
+                task=exchange.task,
+                video_id=question.video_id,
+                batch_id=question.batch_id,
+                tries=exchange.tries,
+                valid=exchange.valid,
+                seconds=exchange.seconds,
+                prompt_tokens=exchange.prompt_tokens,
+                cached_tokens=exchange.cached_tokens,
+                completion_tokens=exchange.completion_tokens,
+            )
         )
 
 

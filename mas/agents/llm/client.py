@@ -37,6 +37,7 @@ class Completion:
     text: str
     truncated: bool  # the reply stopped at MAS_LLM_MAX_TOKENS, not at its end
     prompt_tokens: int
+    cached_tokens: int  # of prompt_tokens, served from the endpoint's prompt cache (0 where not reported)
     completion_tokens: int
     mode: str
 
@@ -128,6 +129,7 @@ def _completion(response: Any, mode: str) -> Completion:
         mode=mode,
         truncated=choice is not None and choice.finish_reason == "length",
         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        cached_tokens=getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0,
         completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
     )
 

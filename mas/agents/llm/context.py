@@ -1,9 +1,16 @@
 """What an llm agent sees on each call: the seed's three memory tiers, compiled by the studio.
 
-- Core memory: the six shared blocks, as JSON, in the system prompt, followed by memory statistics (how
-  many archival passages and past messages exist and what they cover), as the seed's agents saw them.
-- Recall memory: the agent's running summary and live message buffer from Postgres (`mas.memory.recall`),
-  newest first until `MAS_LLM_CONTEXT_CHARS`; eviction and maintenance v3 bound the buffer itself.
+- Core memory: the six shared blocks, as JSON, and memory statistics (how many archival passages and past
+  messages exist and what they cover), as the seed's agents saw them.
+- Recall memory: the conversation's running summary and live message buffer from Postgres
+  (`mas.memory.recall`), as many of the newest as fit `MAS_LLM_CONTEXT_CHARS`; eviction and maintenance v3
+  bound the buffer itself.
+
+The order is the prefix caches' (vLLM, llama.cpp, hosted APIs reuse the longest prompt prefix they saw):
+the system prompt holds what rarely changes (persona, protocol, the blocks outside `CHANGING`); then the
+summary and messages, which only grow until an eviction; the blocks every step rewrites and the statistics
+come last, in the call's own message (`changing_memory`). Where the history starts moves in steps of
+`HISTORY_STRIDE` messages, not message by message, so consecutive calls share it.
 - Archival memory is retrieved before the call by the studio (the Writer's brief carries the nearest
   successes and failures), not searched by the model with a tool: the studio knows what each task needs,
   one round trip is cheaper than a tool loop, and small models call tools unreliably.
@@ -34,18 +41,37 @@ SLEEPTIME_PROTOCOL = (
 MESSAGE_MAX_CHARS = 2000
 """Longest single recalled message sent back to the model (longer ones are cut, the rest is in recall)."""
 
+CHANGING = ("session_state", "production_queue")
+"""Core blocks rewritten by nearly every step: sent last, after the history, so they break no cached prefix."""
+
+HISTORY_STRIDE = 8
+"""The history sent starts at a multiple of this many messages into the live buffer."""
+
 
 def system_prompt(settings: Settings, agent: str) -> str:
-    """The agent's persona and protocol, its core memory blocks and its memory statistics."""
+    """The agent's persona and protocol and the core blocks that rarely change."""
     if recall.is_sleeptime(agent):
         head = SLEEPTIME_PERSONA + SLEEPTIME_PROTOCOL
     else:
-        head = PERSONAS[agent] + PROTOCOL
-    core = "\n".join(
+        head = PERSONAS[recall.agent_of(agent)] + PROTOCOL
+    core = _blocks(settings, stable=True)
+    return f"{head}\n\n# Core memory\n{core}"
+
+
+def changing_memory(settings: Settings, conversation: str) -> str:
+    """The core blocks every step rewrites and the memory statistics, as of this call."""
+    return (
+        f"# Core memory, now\n{_blocks(settings, stable=False)}\n\n"
+        f"# Memory statistics\n{memory_statistics(settings, conversation)}"
+    )
+
+
+def _blocks(settings: Settings, *, stable: bool) -> str:
+    return "\n".join(
         f"<{label}>{json.dumps(value, ensure_ascii=False, separators=(',', ':'))}</{label}>"
         for label, value in blocks.read_all(settings).items()
+        if (label not in CHANGING) == stable
     )
-    return f"{head}\n\n# Core memory\n{core}\n\n# Memory statistics\n{memory_statistics(settings, agent)}"
 
 
 def memory_statistics(settings: Settings, agent: str) -> str:
@@ -62,19 +88,22 @@ def memory_statistics(settings: Settings, agent: str) -> str:
 
 
 def conversation(settings: Settings, agent: str) -> list[dict[str, Any]]:
-    """The running summary and the newest live messages that fit `MAS_LLM_CONTEXT_CHARS`, oldest first."""
+    """The running summary and the live messages from the earliest stride start whose messages fit
+    `MAS_LLM_CONTEXT_CHARS`, oldest first."""
     remembered = recall.context(settings, agent)
     budget = settings.llm_context_chars
-    kept: list[dict[str, Any]] = []
     summary = remembered.summary[: budget // 3]
     budget -= len(summary)
-    for message in reversed(remembered.messages):
-        content = message.content[:MESSAGE_MAX_CHARS]
-        if len(content) > budget:
-            break
-        budget -= len(content)
-        kept.append({"role": "assistant" if message.role == "assistant" else "user", "content": content})
-    kept.reverse()
+    contents = [m.content[:MESSAGE_MAX_CHARS] for m in remembered.messages]
+    start = len(contents)
+    while start > 0 and sum(map(len, contents[start - 1 :])) <= budget:
+        start -= 1
+    stride_start = start + -start % HISTORY_STRIDE  # rounded up to the stride: the same start for many calls
+    start = stride_start if stride_start < len(contents) else start
+    kept = [
+        {"role": "assistant" if m.role == "assistant" else "user", "content": content}
+        for m, content in zip(remembered.messages[start:], contents[start:], strict=True)
+    ]
     if summary:
         kept.insert(0, {"role": "user", "content": f"(Summary of your earlier messages: {summary})"})
     elif kept and kept[0]["role"] == "assistant":
