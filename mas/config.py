@@ -252,10 +252,22 @@ class Settings(BaseSettings):
         description="A task delivered more often than this (its worker kept dying) is given up.",
     )
     cpu_concurrency: int = Field(default=2, ge=1, le=256, description="Processes of a cpu worker.")
-    gpu_grouping: bool = Field(
-        default=True,
-        description="Queue gradings apart from renders, and let the gpu worker stay with one kind while it "
-        "has work (fewer model swaps); False: one queue, first come, first served, video by video.",
+    write_ahead: int = Field(
+        default=8,
+        ge=1,
+        le=100_000,
+        description="Videos of normal-priority batches written or being written and not yet rendered, "
+        "studio-wide: a planned video's prompt is written when fewer are ahead of the GPUs (later prompts then "
+        "learn from earlier gradings, and a cancel wastes less). Enough for every gpu worker's lookahead plus "
+        "the writes that take as long as a render; high-priority work is never held back.",
+    )
+    gpu_grouping: bool | Literal["auto"] = Field(
+        default="auto",
+        description="True: queue gradings apart from renders and let the gpu worker stay with one kind while "
+        "it has work (fewer model swaps, but no grading, so no accepted video, until a run of renders ends); "
+        "False: a grading is taken right after its render. auto: grouped only when the video model runs in "
+        "the gpu worker's own process (diffusers), where it and the grader may not both stay loaded; with "
+        "ComfyUI the video model stays loaded there and the grader here.",
     )
     gpu_lookahead: int = Field(
         default=1,
@@ -436,6 +448,11 @@ class Settings(BaseSettings):
         if not re.fullmatch(USER_PATTERN, user):
             raise InvalidInput(f"user name {user!r}: use letters, digits, '_', '.' or '-', at most 40 characters")
         return self if user == self.user else self.model_copy(update={"user": user})
+
+    @property
+    def groups_gpu_work(self) -> bool:
+        """Whether gradings wait in their own queue for the gpu worker to finish a run of renders."""
+        return self.video_backend == "diffusers" if self.gpu_grouping == "auto" else self.gpu_grouping
 
     @property
     def embedded_database(self) -> bool:

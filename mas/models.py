@@ -61,6 +61,7 @@ class VideoState(str, enum.Enum):
     """Life of one video. A live state names the pipeline step that is due or running for the video's current
     attempt (`mas.pipeline.steps`); the final ones say how it ended."""
 
+    waiting = "waiting"  # planned; written when the GPUs need another prompt (`mas.pipeline.pacing`)
     writing = "writing"
     rendering = "rendering"
     grading = "grading"

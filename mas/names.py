@@ -92,6 +92,7 @@ def deliveries_key(task_id: str, retries: int) -> str:
 MIGRATION_LOCK = "migrations"
 TUNE_LOCK = "tune"
 LETTA_PROVISION_LOCK = "letta:provision"
+WRITE_AHEAD_LOCK = "pacing:write-ahead"
 
 
 def agent_lock(conversation: str) -> str:

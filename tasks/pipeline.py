@@ -22,10 +22,10 @@ from mas.learning import ab_design
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
-from mas.pipeline import states
+from mas.pipeline import pacing, states
 from mas.pipeline.outcomes import KEEP, PENDING_SHOWN, fail_planning
 from mas.pipeline.production import batch_priority, request_of
-from mas.pipeline.runner import Outcome, StepRun, resume_point, step_task, video_chain
+from mas.pipeline.runner import Outcome, StepRun, resume_point, send_released, step_task, video_chain
 from mas.pipeline.steps import BY_NAME, FIRST, StepPayload
 from mas.runtime.app import AgentTask, prioritized
 
@@ -60,8 +60,15 @@ def plan_batch(self, batch_id: int) -> dict:
             raise Ignore()  # planned by another delivery meanwhile, or cancelled
         if series_name is not None:
             _add_to_series(settings, session, batch, series_name, theme=request.theme, plan=plan)
+        priority = batch_priority(batch)
         videos = [
-            Video(batch_id=batch.id, position=position, concept=planned.concept, label=planned.label)
+            Video(
+                batch_id=batch.id,
+                position=position,
+                concept=planned.concept,
+                label=planned.label,
+                state=pacing.first_state(priority),
+            )
             for position, planned in enumerate(plan.videos, start=1)
         ]
         session.add_all(videos)
@@ -69,7 +76,6 @@ def plan_batch(self, batch_id: int) -> dict:
         if request.kind == "ab":
             _start_ab_test(settings, session, batch, request.theme, user, list(zip(videos, plan.videos)))
         batch.status = BatchStatus.running
-        priority = batch_priority(batch)
         video_ids = [v.id for v in videos]
         blocks.update(
             settings,
@@ -98,9 +104,13 @@ def plan_batch(self, batch_id: int) -> dict:
             actor="director",
             session=session,
         )
+        session.flush()
+        started: pacing.Released = [
+            (StepPayload(video_id=v, attempt=1), priority) for v in video_ids if priority == "high"
+        ]
+        started += pacing.release(settings, session)  # the first ones of a normal batch, as the GPUs need
     recall.append(settings, "director", role="assistant", content=f"planned batch {batch_id}: {len(video_ids)} videos")
-    for video_id in video_ids:
-        video_chain(self.app, StepPayload(video_id=video_id, attempt=1), start=FIRST, priority=priority).apply_async()
+    send_released(self.app, started)
     return {"batch_id": batch_id, "videos": video_ids}
 
 
@@ -453,9 +463,13 @@ def resume_batch(self, batch_id: int) -> dict:
             prioritized(self.app, self.app.signature(names.PLAN_BATCH, args=(batch_id,)), priority).apply_async()
             return {"batch_id": batch_id, "resent": ["plan"]}
         unfinished = session.scalars(
-            sa.select(Video).where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
+            sa.select(Video).where(
+                Video.batch_id == batch_id, Video.state.not_in([*states.TERMINAL, VideoState.waiting])
+            )
         ).all()
         points = [resume_point(video) for video in unfinished]
+        released = pacing.release(self.app.settings, session)  # waiting videos, as far as the GPUs need
     for step, payload in points:
         video_chain(self.app, payload, start=step, priority=priority).apply_async()
-    return {"batch_id": batch_id, "resent": [payload.video_id for _, payload in points]}
+    send_released(self.app, released)
+    return {"batch_id": batch_id, "resent": [p.video_id for _, p in points] + [p.video_id for p, _ in released]}

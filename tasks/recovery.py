@@ -21,12 +21,12 @@ import sqlalchemy as sa
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
-from mas.models import Batch, BatchStatus, Video
+from mas.models import Batch, BatchStatus, Video, VideoState
 from mas.names import Priority
-from mas.pipeline import leases, states
+from mas.pipeline import leases, pacing, states
 from mas.pipeline.production import batch_priority, send_plan
-from mas.pipeline.runner import resume_point, video_chain
-from mas.pipeline.steps import BY_TASK, Step, StepPayload
+from mas.pipeline.runner import resume_point, send_released, video_chain
+from mas.pipeline.steps import BY_TASK, FIRST, Step, StepPayload
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 
@@ -86,7 +86,7 @@ def _lost(settings: Settings, lost_before: datetime) -> Lost:
         unfinished = session.scalars(
             sa.select(Video)
             .join(Batch)
-            .where(Video.state.not_in(list(states.TERMINAL)), Batch.status == BatchStatus.running)
+            .where(Video.state.not_in([*states.TERMINAL, VideoState.waiting]), Batch.status == BatchStatus.running)
         ).all()
         resend = [
             (*resume_point(video), batch_priority(video.batch))
@@ -136,6 +136,10 @@ def reconcile(settings: Settings, *, older_than: float) -> Report:
     app = app_for(settings)
     for step, payload, priority in resend:
         video_chain(app, payload, start=step, priority=priority).apply_async()
+    with session_scope(settings) as session:  # places a failed or cancelled video freed, if nothing took them
+        released = pacing.release(settings, session)
+    send_released(app, released)
+    resend += [(FIRST, payload, priority) for payload, priority in released]
     replanned_ids, resent_ids = [b for b, _ in replanned], [payload.video_id for _, payload, _ in resend]
     if replanned or resend:
         log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned_ids, resent_ids)

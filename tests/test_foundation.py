@@ -97,7 +97,16 @@ def test_routing_by_package(settings):
     router = app.amqp.router
     assert router.route({}, "gpu.tasks.generate_video")["queue"].name == "gpu"
     assert router.route({}, "gpu.health.ping")["queue"].name == "gpu"
-    assert router.route({}, "gpu.tasks.evaluate_video")["queue"].name == "gpu-grade"
+    # preview renders (like ComfyUI's) leave the grader loaded: a grading follows its render in one queue
+    assert not settings.groups_gpu_work
+    assert router.route({}, "gpu.tasks.evaluate_video")["queue"].name == "gpu"
+    from mas.runtime.app import celery_config
+
+    for grouping, queue in ((True, "gpu-grade"), (False, "gpu"), ("auto", "gpu")):
+        routes = celery_config(settings.model_copy(update={"gpu_grouping": grouping}))["task_routes"]
+        assert routes["gpu.tasks.evaluate_video"] == {"queue": queue}
+    in_process = settings.model_copy(update={"video_backend": "diffusers"})
+    assert celery_config(in_process)["task_routes"]["gpu.tasks.evaluate_video"] == {"queue": "gpu-grade"}
     assert router.route({}, "tasks.pipeline.plan_batch")["queue"].name == "cpu"
     conf = app.conf
     assert conf.task_acks_late and conf.task_reject_on_worker_lost

@@ -269,6 +269,10 @@ def letta_server(tmp_path_factory):
         shutil.rmtree(base, ignore_errors=True)
 
 
+LETTA_CONVERSATIONS = 2
+"""Agents per role: enough to show they share everything but their talk (provisioning costs seconds each)."""
+
+
 @pytest.fixture(scope="module")
 def letta_settings(settings, letta_server):
     """The studio's test settings (its PostgreSQL holds the advisory locks) pointed at the Letta server."""
@@ -276,6 +280,7 @@ def letta_settings(settings, letta_server):
     return settings.model_copy(update={
         "agent_backend": "letta", "letta_url": letta_server.url, "letta_token": SecretStr(letta_server.token),
         "letta_model": MODEL, "letta_embedding": EMBEDDING,
+        "agent_conversations": LETTA_CONVERSATIONS,
     })
 
 
@@ -310,8 +315,10 @@ def _all_agents(api) -> list:
 
 def test_provisioning_creates_the_studio_once(letta_settings, api, provisioned):
     assert provisioned.changed == []
-    assert sorted(provisioned.created) == sorted([f"block {label}" for label in SCHEMAS] + [f"agent {r}" for r in backend.ROLES])
-    assert set(provisioned.blocks) == set(SCHEMAS) and set(provisioned.agents) == set(backend.ROLES)
+    crew = ["director", "director.1", "writer", "writer.1", "cameraman", "cameraman.1"]
+    assert backend.crew_conversations(letta_settings) == crew
+    assert sorted(provisioned.created) == sorted([f"block {label}" for label in SCHEMAS] + [f"agent {c}" for c in crew])
+    assert set(provisioned.blocks) == set(SCHEMAS) and set(provisioned.agents) == set(crew)
 
     # the six blocks hold their Appendix B defaults as JSON and are shared by every agent and companion
     store = backend.LettaBlockStore(letta_settings)
@@ -323,13 +330,13 @@ def test_provisioning_creates_the_studio_once(letta_settings, api, provisioned):
         assert value == expected
     for role, ids in provisioned.agents.items():
         agent = api.agents.retrieve(ids.id, include=["agent.blocks", "agent.tags", "agent.managed_group"])
-        assert agent.name == role and set(agent.tags) >= {"mas", f"mas:{role}"}
+        assert agent.name == role.replace(".", "_") and set(agent.tags) >= {"mas", f"mas:{role.split('.')[0]}"}
         assert {b.label: b.id for b in agent.blocks if b.label in SCHEMAS} == provisioned.blocks
         assert agent.managed_group.manager_type == "sleeptime"
         assert backend.sleeptime_frequency(api, ids.group_id) == letta_settings.sleeptime_frequency == 5
         assert len(ids.sleeptime_ids) == 1
         companion = api.agents.retrieve(ids.sleeptime_ids[0], include=["agent.blocks"])
-        assert companion.name == f"{role}-sleeptime" and companion.message_buffer_autoclear is True
+        assert companion.name == f"{agent.name}-sleeptime" and companion.message_buffer_autoclear is True
         assert {b.label: b.id for b in companion.blocks if b.label in SCHEMAS} == provisioned.blocks
         assert next(b.value for b in companion.blocks if b.label == "memory_persona") == prompts.SLEEPTIME_PERSONA
 
@@ -339,7 +346,7 @@ def test_provisioning_creates_the_studio_once(letta_settings, api, provisioned):
     again = backend.provision(letta_settings)
     assert again.created == [] and again.changed == []
     assert again.blocks == provisioned.blocks and again.agents == provisioned.agents
-    assert sorted(a.id for a in _all_agents(api)) == agents_before and len(agents_before) == 6
+    assert sorted(a.id for a in _all_agents(api)) == agents_before and len(agents_before) == 12
     assert sorted(b.id for b in api.blocks.list(tags=["mas"])) == blocks_before and len(blocks_before) == 6
     assert backend.find(letta_settings) == backend.Provisioned(blocks=again.blocks, agents=again.agents)
 
@@ -642,9 +649,10 @@ def test_maintenance_compacts_at_warn_and_resets_at_critical_emergency_and_after
     # the whole pass: every primary agent and companion, one logged Action each
     caplog.set_level("DEBUG", logger="mas.agents.letta.maintenance")
     actions = maint.maintain(settings)
-    assert {a.agent for a in actions} == set(backend.ROLES) | {f"{r}_sleeptime" for r in backend.ROLES}
+    crew = backend.crew_conversations(settings)
+    assert {a.agent for a in actions} == set(crew) | {f"{c}_sleeptime" for c in crew}
     # (a companion may finish a background run between the two counts; a primary agent may not)
-    assert all(a.count_after <= a.count_before for a in actions if a.agent in backend.ROLES)
+    assert all(a.count_after <= a.count_before for a in actions if a.agent in crew)
     assert all(f"maintain {a.agent}: {a.action}" in caplog.text for a in actions)
 
 
@@ -660,7 +668,7 @@ def _letta_env(studio_env: dict[str, str], server: LettaServer) -> dict[str, str
     return {
         **os.environ, **studio_env, "PYTHONPATH": str(ROOT), "MAS_AGENT_BACKEND": "letta",
         "MAS_LETTA_URL": server.url, "MAS_LETTA_TOKEN": server.token, "MAS_LETTA_MODEL": MODEL,
-        "MAS_LETTA_EMBEDDING": EMBEDDING,
+        "MAS_LETTA_EMBEDDING": EMBEDDING, "MAS_AGENT_CONVERSATIONS": str(LETTA_CONVERSATIONS),
     }
 
 
@@ -711,7 +719,7 @@ def test_a_batch_runs_end_to_end_on_the_letta_backend(letta_settings, letta_serv
 
     env = {
         "MAS_AGENT_BACKEND": "letta", "MAS_LETTA_URL": letta_server.url, "MAS_LETTA_TOKEN": letta_server.token,
-        "MAS_LETTA_MODEL": MODEL, "MAS_LETTA_EMBEDDING": EMBEDDING,
+        "MAS_LETTA_MODEL": MODEL, "MAS_LETTA_EMBEDDING": EMBEDDING, "MAS_AGENT_CONVERSATIONS": str(LETTA_CONVERSATIONS),
     }
     import tasks.pipeline  # noqa: F401  (registers the tasks)
     from mas.runtime.app import app_for
@@ -804,7 +812,7 @@ def test_each_user_has_their_own_agents_and_taste_blocks_and_shares_the_studios(
     for name, crew in crews.items():
         for role, ids in crew.agents.items():
             agent = api.agents.retrieve(ids.id, include=["agent.blocks", "agent.tags"])
-            assert agent.name == f"{role}-{name}" and f"mas:user:{name}" in (agent.tags or [])
+            assert agent.name == f"{role.replace('.', '_')}-{name}" and f"mas:user:{name}" in (agent.tags or [])
             assert ids.id != studio.agents[role].id
             assert {b.label: b.id for b in agent.blocks if b.label in SCHEMAS} == crew.blocks
         for label in SCHEMAS:
@@ -821,5 +829,6 @@ def test_each_user_has_their_own_agents_and_taste_blocks_and_shares_the_studios(
     assert backend.provision(alice).created == []
 
     primaries, companions = maint.targets(api)
-    assert {f"{r}{u}" for r in backend.ROLES for u in ("", "@alice", "@bob")} <= set(primaries)
+    crew = backend.crew_conversations(letta_settings)
+    assert {f"{c}{u}" for c in crew for u in ("", "@alice", "@bob")} <= set(primaries)
     assert "director@alice_sleeptime" in companions and "director_sleeptime" in companions

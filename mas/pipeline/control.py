@@ -15,8 +15,9 @@ from mas.db import session_scope
 from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video
-from mas.pipeline import states
+from mas.pipeline import pacing, states
 from mas.pipeline.outcomes import finish_video
+from mas.pipeline.runner import send_released
 from mas.runtime.app import app_for
 
 CANCELLED = "cancelled by the user"
@@ -63,6 +64,8 @@ def cancel_batch(settings, batch_id: int) -> list[int]:
             actor="cli",
             session=session,
         )
+        released = pacing.release(settings, session)  # its places ahead of the GPUs go to other batches
+    send_released(app_for(settings), released)
     return cancelled
 
 
@@ -75,6 +78,8 @@ def cancel_video(settings, video_id: int) -> None:
         if not states.cancel(session, video_id, CANCELLED):
             raise NotChangeable(f"video {video_id} is already {video.state.value}; nothing changed")
         due = finish_video(settings, session, video_id)
+        released = pacing.release(settings, session)
+    send_released(app_for(settings), released)
     if due:
         app_for(settings).send_task(names.CONSOLIDATE)
 
@@ -88,6 +93,8 @@ def pause_batch(settings, batch_id: int) -> None:
         batch.status = BatchStatus.paused
         batch.updated_at = sa.func.now()
         _queue_status(settings, session, batch_id, "paused")
+        released = pacing.release(settings, session)  # a paused batch holds no place ahead of the GPUs
+    send_released(app_for(settings), released)
 
 
 def continue_batch(settings, batch_id: int) -> None:

@@ -36,10 +36,10 @@ from mas.config import Settings
 from mas.db import session_scope
 from mas.models import Video, VideoState
 from mas.names import Priority
-from mas.pipeline import leases, states
+from mas.pipeline import leases, pacing, states
 from mas.pipeline.leases import Lease
 from mas.pipeline.outcomes import fail_on_error, finish_video
-from mas.pipeline.steps import BY_STATE, Step, StepPayload, after, message_priority, order
+from mas.pipeline.steps import BY_STATE, FIRST, Step, StepPayload, after, message_priority, order
 from mas.runtime.app import AgentStepTask, GpuStepTask, prioritized
 
 log = logging.getLogger(__name__)
@@ -158,8 +158,10 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody) -> d
             ):
                 raise Ignore()
             consolidation_due = outcome.state in states.TERMINAL and finish_video(run.settings, session, video.id)
+            released = pacing.release(settings, session) if pacing.leaves_ahead(step.state, outcome.state) else []
     if outcome.then is not None:
         outcome.then()
+    send_released(task.app, released)
     if outcome.remember is not None:
         try:
             outcome.remember()
@@ -207,10 +209,16 @@ def video_chain(app, payload: StepPayload, *, start: Step, priority: Priority):
     for step in (start, *after(start)):
         signature: Signature = app.signature(step.task, args=(payload.to_json(),) if step is start else ())
         if priority != "high":
-            grouped = app.settings.gpu_grouping
+            grouped = app.settings.groups_gpu_work
             signature.set(priority=message_priority(step, payload.attempt, grouped=grouped))
         links.append(prioritized(app, signature, priority))
     return chain(*links)
+
+
+def send_released(app, released: pacing.Released) -> None:
+    """Start the videos `pacing.release` let through (after the transaction that moved them commits)."""
+    for payload, priority in released:
+        video_chain(app, payload, start=FIRST, priority=priority).apply_async()
 
 
 def resume_point(video: Video) -> tuple[Step, StepPayload]:

@@ -21,6 +21,7 @@ TERMINAL = frozenset({S.accepted, S.failed, S.cancelled})
 ALLOWED: dict[VideoState, frozenset[VideoState]] = {
     **{step.state: frozenset({*step.leads_to, S.failed, S.cancelled}) for step in STEPS},
     **{state: frozenset() for state in TERMINAL},
+    S.waiting: frozenset({S.writing, S.failed, S.cancelled}),
 }
 """A live state goes where its step's success leads, or ends failed or cancelled; a final state goes nowhere."""
 

@@ -94,8 +94,8 @@ def after(step: Step) -> tuple[Step, ...]:
 
 
 def order(state: VideoState) -> int:
-    """Where a live state comes in an attempt (0 for writing)."""
-    return STEPS.index(BY_STATE[state])
+    """Where a live state comes in an attempt (0 for writing; -1 for waiting, before any step)."""
+    return STEPS.index(BY_STATE[state]) if state in BY_STATE else -1
 
 
 FINISH = 0

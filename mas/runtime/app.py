@@ -211,7 +211,7 @@ def celery_config(settings: Settings) -> dict:
     }
 
     def queue(step: Step) -> str:
-        return GPU_QUEUE if step.queue == GRADE_QUEUE and not settings.gpu_grouping else step.queue
+        return GPU_QUEUE if step.queue == GRADE_QUEUE and not settings.groups_gpu_work else step.queue
 
     return dict(
         broker_url=settings.effective_broker_url,

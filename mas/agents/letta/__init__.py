@@ -27,11 +27,12 @@ from mas.agents.letta.errors import (
 from mas.agents.letta.maintenance import maintain
 from mas.agents.letta.provisioning import AgentIds, Provisioned, find, forget, provision
 from mas.agents.letta.roles import letta_agents
-from mas.agents.letta.server import ROLES, TAG, set_sleeptime_frequency, sleeptime_frequency
+from mas.agents.letta.server import ROLES, TAG, crew_conversations, set_sleeptime_frequency, sleeptime_frequency
 from mas.agents.letta.status import Health, LettaStatus, health, status
 
 __all__ = [
     "ROLES",
+    "crew_conversations",
     "TAG",
     "AgentIds",
     "Health",

@@ -51,8 +51,10 @@ def agent_name(role: str, user: str = DEFAULT_USER) -> str:
 
 
 def letta_name(role: str, user: str = DEFAULT_USER) -> str:
-    """The agent's name on the server, for people (the user tag, not the name, says whose it is)."""
-    return role if user == DEFAULT_USER else f"{role}-{user.replace('.', '_')}"
+    """The agent's name on the server, for people (the user tag, not the name, says whose it is). Letta
+    allows no '.' in a name: conversation `writer.1` is the agent `writer_1`."""
+    name = role.replace(".", "_")
+    return name if user == DEFAULT_USER else f"{name}-{user.replace('.', '_')}"
 
 
 def user_tags(user: str) -> list[str]:
