@@ -78,7 +78,8 @@ class FaultyLLM:
                 payload = json.dumps({
                     "id": "stand-in", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+                              "prompt_tokens_details": {"cached_tokens": 4}},
                 }).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -8,6 +8,7 @@ endpoint itself. Waits are on events (requests arriving, a backend waiting on a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -106,6 +107,32 @@ def test_a_video_keeps_to_its_conversation_while_that_one_is_free(clean):
     with db.session_scope(settings) as session:
         calls = session.execute(sa.select(AgentCall.agent, AgentCall.video_id, AgentCall.valid)).all()
     assert calls == [("writer.2", 6, True)] * 2  # what each call cost is kept against its video
+
+
+def test_what_the_calls_cost_is_told_per_video_of_a_batch(clean):
+    from mas.pipeline.production import new_batch
+    from mas.pipeline.queries import agent_usage
+    from mas.pipeline.requests import ProductionRequest
+    from mas.models import Video
+
+    request = ProductionRequest(text="Create 2 videos of owls", kind="batch", count=2, theme="owls")
+    with db.session_scope(clean) as session:
+        batch = new_batch(session, request, priority="normal", user="default")
+        videos = [Video(batch_id=batch.id, position=i, concept=f"owl {i}") for i in (1, 2)]
+        session.add_all(videos)
+        session.flush()
+        batch_id, ids = batch.id, [v.id for v in videos]
+    with FaultyLLM([_echo]) as llm:
+        settings = _settings(clean, llm.url)
+        LLMAgent(settings, "director").ask(dataclasses.replace(_question("owls"), batch_id=batch_id))
+        for video_id in ids:
+            LLMAgent(settings, "writer").ask(_question("an owl", video_id=video_id))
+        LLMAgent(settings, "writer").ask(_question("not of this batch", video_id=ids[-1] + 100))
+    usage = agent_usage(settings, batch_id)
+    assert (usage.calls, usage.invalid, usage.videos) == (3, 0, 2)
+    # the stand-in reports 10 prompt tokens (4 of them cached) and 5 completion tokens per request
+    assert (usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens) == (30, 12, 15)
+    assert usage.per_video(usage.prompt_tokens) == 15
 
 
 def test_the_endpoint_cap_holds_under_a_burst(clean):

@@ -37,6 +37,14 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
         shown = _batch(settings, batch)
         console.print(_batch_view(shown))
         print_files(shown.videos)
+        usage = queries.agent_usage(settings, shown.id)
+        if usage.calls:
+            cached = 100 * usage.cached_tokens / max(usage.prompt_tokens, 1)
+            console.print(
+                f"agents: {usage.calls} calls ({usage.invalid} without a valid reply), {usage.seconds:.0f} s; per "
+                f"video {usage.per_video(usage.prompt_tokens):.0f} prompt tokens ({cached:.0f} % from the "
+                f"endpoint's cache), {usage.per_video(usage.completion_tokens):.0f} completion tokens"
+            )
     gpu = queries.gpu_summary(settings)
     console.print(
         f"gpu queue: {gpu.urgent_waiting} high-priority tasks, {gpu.renders_waiting} renders and "

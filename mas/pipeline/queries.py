@@ -18,7 +18,7 @@ from mas.config import Settings
 from mas.db import session_scope
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
-from mas.models import ABTest, Batch, Schedule, Video
+from mas.models import ABTest, AgentCall, Batch, Schedule, Video
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 
@@ -76,10 +76,16 @@ class GpuSummary:
 def gpu_summary(settings: Settings) -> GpuSummary:
     """GPU work waiting in the broker by priority, and each gpu worker's turns and model residency."""
     client = redis_client(settings)
-    urgent, renders, gradings = (
-        sum(client.llen(key) for key in queue_keys(app_for(settings), queue))
-        for queue in (names.GPU_URGENT_QUEUE, names.GPU_QUEUE, names.GRADE_QUEUE)
+    app = app_for(settings)
+    urgent, gradings = (
+        sum(client.llen(key) for key in queue_keys(app, queue)) for queue in (names.GPU_URGENT_QUEUE, names.GRADE_QUEUE)
     )
+    finishing, *new = (client.llen(key) for key in queue_keys(app, names.GPU_QUEUE))
+    renders = sum(new)  # a render waits at a refinement's or a new video's level
+    if settings.groups_gpu_work:
+        renders += finishing
+    else:  # gradings share the render queue, at the level of work that finishes what is started
+        gradings += finishing
     workers = []
     for key in sorted(client.scan_iter(match=names.GPU_STATS_PREFIX + "*")):
         raw = client.get(key)
@@ -100,6 +106,49 @@ def gpu_summary(settings: Settings) -> GpuSummary:
             )
         )
     return GpuSummary(urgent_waiting=urgent, renders_waiting=renders, gradings_waiting=gradings, workers=workers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentUsage:
+    """What a batch's agent calls cost: calls, seconds and tokens, in all and per video."""
+
+    calls: int
+    invalid: int  # calls that never gave a valid reply
+    seconds: float
+    prompt_tokens: int
+    cached_tokens: int  # of prompt_tokens, served from the endpoint's prompt cache
+    completion_tokens: int
+    videos: int
+
+    def per_video(self, tokens: int) -> float:
+        return tokens / max(self.videos, 1)
+
+
+def agent_usage(settings: Settings, batch_id: int) -> AgentUsage:
+    """The agent calls of a batch (its plan and every call about one of its videos), from `agent_calls`."""
+    with session_scope(settings) as session:
+        video_ids = sa.select(Video.id).where(Video.batch_id == batch_id)
+        about = sa.or_(AgentCall.batch_id == batch_id, AgentCall.video_id.in_(video_ids))
+        calls, invalid, seconds, prompt, cached, completion = session.execute(
+            sa.select(
+                sa.func.count(),
+                sa.func.count().filter(AgentCall.valid.is_(False)),
+                sa.func.coalesce(sa.func.sum(AgentCall.seconds), 0.0),
+                sa.func.coalesce(sa.func.sum(AgentCall.prompt_tokens), 0),
+                sa.func.coalesce(sa.func.sum(AgentCall.cached_tokens), 0),
+                sa.func.coalesce(sa.func.sum(AgentCall.completion_tokens), 0),
+            ).where(about)
+        ).one()
+        videos = session.scalar(sa.select(sa.func.count()).select_from(video_ids.subquery())) or 0
+    return AgentUsage(
+        calls=calls,
+        invalid=invalid,
+        seconds=seconds,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=completion,
+        videos=videos,
+    )
 
 
 def expectation(settings: Settings, test_id: int) -> str:
