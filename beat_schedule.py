@@ -8,12 +8,13 @@ from celery.schedules import crontab
 
 from mas import names
 from mas.config import Settings
+from mas.pipeline.steps import NEW
 from mas.runtime.app import Studio, default_app
 
 
 def schedule(settings: Settings) -> dict:
-    """The beat schedule for `settings`."""
-    return {
+    """The beat schedule for `settings`: every job waits in its queue with new work (`steps.NEW`)."""
+    jobs = {
         # The seed's maintenance v3 cron: buffers that grow unbounded degrade instruction-following, so
         # every 5 minutes each agent's buffer is summarized at 300 messages and reset at 500 / 600.
         "maintain-message-buffers": {"task": names.MAINTAIN_BUFFERS, "schedule": crontab(minute="*/5")},
@@ -35,6 +36,7 @@ def schedule(settings: Settings) -> dict:
         # Partial renders of killed workers are removed; task results expire by themselves (result_expires).
         "cleanup-partial-files": {"task": names.CLEANUP, "schedule": crontab(minute=30)},
     }
+    return {name: {**job, "options": {"priority": NEW, **job.get("options", {})}} for name, job in jobs.items()}
 
 
 def __getattr__(name: str) -> Studio:

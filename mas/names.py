@@ -7,6 +7,7 @@ task by one name.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal, get_args
 
 # --- queues ---------------------------------------------------------------------------------------------
@@ -102,8 +103,9 @@ def agent_lock(conversation: str) -> str:
 
 
 def endpoint_slot(url: str, slot: int) -> str:
-    """One of the calls in flight an LLM endpoint is allowed (MAS_LLM_MAX_IN_FLIGHT)."""
-    return f"llm:{url}:{slot}"
+    """One of the calls in flight an LLM endpoint is allowed (MAS_LLM_MAX_IN_FLIGHT); named by a digest of
+    its URL, which may carry a password, since lock names appear in errors."""
+    return f"llm:{hashlib.sha256(url.encode()).hexdigest()[:16]}:{slot}"
 
 
 def block_lock(label: str) -> str:

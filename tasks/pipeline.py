@@ -26,7 +26,7 @@ from mas.pipeline import pacing, states
 from mas.pipeline.outcomes import KEEP, PENDING_SHOWN, fail_planning
 from mas.pipeline.production import batch_priority, request_of
 from mas.pipeline.runner import Outcome, StepRun, resume_point, send_released, step_task, video_chain
-from mas.pipeline.steps import BY_NAME, FIRST, StepPayload
+from mas.pipeline.steps import BY_NAME, FIRST, STARTS, StepPayload
 from mas.runtime.app import AgentTask, prioritized
 
 log = logging.getLogger(__name__)
@@ -414,10 +414,10 @@ def consolidate(self) -> dict:
                 or ""
             )
             activity.append(f"{v.state.value}: video {v.id} grade {v.grade} after {v.attempt_count} attempts; {prompt}")
-    activity += _conversations_since(settings, datetime.fromisoformat(since) if since else None)
-    for line in activity:
+    conversations = _conversations_since(settings, datetime.fromisoformat(since) if since else None)
+    for line in activity + conversations:
         recall.append(settings, "director_sleeptime", role="user", content=line[:500])
-    result = crew.consolidator.consolidate(activity=activity)
+    result = crew.consolidator.consolidate(activity=activity, conversations=conversations)
     recall.append(settings, "director_sleeptime", role="assistant", content=result.summary)
     blocks.update(
         settings,
@@ -460,7 +460,8 @@ def resume_batch(self, batch_id: int) -> dict:
             return {"batch_id": batch_id, "resent": []}
         priority = batch_priority(batch)
         if batch.status == BatchStatus.queued:
-            prioritized(self.app, self.app.signature(names.PLAN_BATCH, args=(batch_id,)), priority).apply_async()
+            plan = self.app.signature(names.PLAN_BATCH, args=(batch_id,), priority=STARTS)
+            prioritized(self.app, plan, priority).apply_async()
             return {"batch_id": batch_id, "resent": ["plan"]}
         unfinished = session.scalars(
             sa.select(Video).where(

@@ -59,7 +59,9 @@ def answer_task(task: str, payload: dict[str, Any]) -> dict[str, Any]:
     if task == "review":
         return asdict(OfflineCameraman().review(**payload))
     if task == "consolidate":
-        return asdict(OfflineConsolidator().consolidate(activity=payload["activity"]))
+        return asdict(OfflineConsolidator().consolidate(
+            activity=payload["activity"], conversations=payload.get("conversations", [])
+        ))
     return {"error": f"unknown task {task!r}"}
 
 

@@ -177,6 +177,28 @@ def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers, setti
     assert all(a["worker"] == "gpu@test" for a in answers)
 
 
+def test_a_cpu_worker_finishes_started_work_before_new_work(workers, settings):
+    """Reviews (and gradings) before refinements before new videos: queued together, taken in that order."""
+    from mas.pipeline.steps import FINISH, NEW, REFINE
+    from mas.runtime.app import app_for
+
+    app = app_for(settings)
+    app.control.cancel_consumer("cpu", destination=["cpu@test"], reply=True, timeout=5)
+    try:
+        results = [
+            app.send_task("tasks.health.ping", args=[f"{level}-{i}"], queue="cpu", priority=level)
+            for i in range(3)
+            for level in (NEW, REFINE, FINISH)  # sent newest work first
+        ]
+    finally:
+        app.control.add_consumer("cpu", destination=["cpu@test"], reply=True, timeout=5)
+    answers = sorted((r.get(timeout=60) for r in results), key=lambda a: a["answered_at"])
+    levels = [int(a["tag"].split("-")[0]) for a in answers]
+    # two processes take them in order; one of a level may finish just after the next level's first
+    assert max(i for i, level in enumerate(levels) if level == FINISH) < min(i for i, level in enumerate(levels) if level == NEW)
+    assert levels[0] == FINISH and levels[-1] == NEW, levels
+
+
 def test_cpu_pool_processes_preload_the_embedding_model(workers):
     """Each cpu pool process loads MiniLM as it starts (in the background); the gpu worker never does."""
     cpu, gpu = workers

@@ -220,8 +220,12 @@ def test_sleeptime_consolidation_every_n_interactions(clean, workers):
     assert "5 videos finished" in state["LAST_SESSION_SUMMARY"]
     from mas.memory import recall
 
-    # the sleeptime agent started from a clear buffer: only this run's messages are in context
-    assert recall.count(clean, "director_sleeptime") == 6
+    # the sleeptime agent started from a clear buffer: only this run's messages are in context: the five
+    # videos, what the crew's conversations answered meanwhile, and its summary
+    read = recall.context(clean, "director_sleeptime").messages
+    assert sum(m.content.startswith(("accepted:", "failed:")) for m in read) == 5
+    assert all(m.content.startswith(("accepted:", "failed:")) or " answered: " in m.content for m in read[:-1])
+    assert read[-1].role == "assistant" and "5 videos finished" in read[-1].content
 
 
 @pytest.mark.parametrize(

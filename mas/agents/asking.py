@@ -211,14 +211,15 @@ class AskingConsolidator:
     def __init__(self, asker: Asker) -> None:
         self._asker = asker
 
-    def consolidate(self, *, activity: list[str]) -> Consolidation:
+    def consolidate(self, *, activity: list[str], conversations: Sequence[str] = ()) -> Consolidation:
         reply = self._asker.ask(
             Question(
                 task="consolidate",
-                payload={"activity": activity},
+                payload={"activity": activity, "conversations": list(conversations)},
                 shape='{"summary": str, "learnings": [str]}',
                 reply=ConsolidationReply,
-                rules="summary: what was produced since the last consolidation, in one or two sentences; "
+                rules="summary: what was produced since the last consolidation, in one or two sentences "
+                "(conversations: what the crew's conversations answered meanwhile); "
                 "learnings: at most three reusable lessons about what made prompts succeed or fail (may be empty).",
             )
         )

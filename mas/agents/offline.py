@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 
 from mas import grading
 from mas.agents.roles import (
@@ -212,14 +213,17 @@ class OfflineCameraman:
 class OfflineConsolidator:
     """Summarizes recent activity and turns repeated outcomes into learnings."""
 
-    def consolidate(self, *, activity: list[str]) -> Consolidation:
+    def consolidate(self, *, activity: list[str], conversations: Sequence[str] = ()) -> Consolidation:
         if not activity:
             return Consolidation(summary="No production activity since the last consolidation.", learnings=[])
         outcomes = Counter(line.split(":", 1)[0] for line in activity)
+        talks = Counter(line.split(" ", 1)[0] for line in conversations)
         summary = (
             f"{len(activity)} videos finished since the last consolidation "
             f"({', '.join(f'{n} {k}' for k, n in sorted(outcomes.items()))}); latest: {activity[-1][:160]}"
         )
+        if talks:
+            summary += f"; read {len(conversations)} replies of {len(talks)} conversations"
         fixes = Counter(
             fix for line in activity for fix in FIXES.values() if fix in line and line.startswith("accepted")
         )

@@ -7,6 +7,7 @@ to the interfaces, so a backend drops in through `mas.agents.backend(settings)`.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -102,7 +103,10 @@ class Cameraman(Protocol):
 
 
 class Consolidator(Protocol):
-    def consolidate(self, *, activity: list[str]) -> Consolidation: ...
+    def consolidate(self, *, activity: list[str], conversations: Sequence[str] = ()) -> Consolidation:
+        """`activity`: one line per video finished since the last run; `conversations`: what every
+        conversation of every role answered meanwhile."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)

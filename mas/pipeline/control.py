@@ -18,6 +18,7 @@ from mas.models import Batch, BatchStatus, Video
 from mas.pipeline import pacing, states
 from mas.pipeline.outcomes import finish_video
 from mas.pipeline.runner import send_released
+from mas.pipeline.steps import STARTS
 from mas.runtime.app import app_for
 
 CANCELLED = "cancelled by the user"
@@ -107,7 +108,7 @@ def continue_batch(settings, batch_id: int) -> None:
         batch.status = BatchStatus.running if planned else BatchStatus.queued
         batch.updated_at = sa.func.now()
         _queue_status(settings, session, batch_id, "active")
-    app_for(settings).send_task(names.RESUME_BATCH, args=[batch_id])
+    app_for(settings).send_task(names.RESUME_BATCH, args=[batch_id], priority=STARTS)
 
 
 def _queue_status(settings, session, batch_id: int, status: str) -> None:

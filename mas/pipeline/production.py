@@ -17,6 +17,7 @@ from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
 from mas.names import Priority
 from mas.pipeline.requests import ProductionRequest, RequestKind, parse_request
+from mas.pipeline.steps import STARTS
 from mas.redaction import redact_url
 from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client
@@ -158,11 +159,13 @@ def cancel_schedule(settings, schedule_id: int) -> bool:
 def send_plan(settings, batch_id: int, *, priority: Priority) -> None:
     """Ask the Director to plan a stored batch (a cpu worker picks it up)."""
     app = app_for(settings)
-    app.send_task(names.PLAN_BATCH, args=[batch_id], queue=queue_of(app, names.PLAN_BATCH, priority=priority))
+    app.send_task(
+        names.PLAN_BATCH, args=[batch_id], queue=queue_of(app, names.PLAN_BATCH, priority=priority), priority=STARTS
+    )
 
 
 def resume(settings, batch_ids: list[int]) -> None:
     """Restart batches a previous session left pending: each goes on from what Postgres says is done."""
     app = app_for(settings)
     for batch_id in batch_ids:
-        app.send_task(names.RESUME_BATCH, args=[batch_id])
+        app.send_task(names.RESUME_BATCH, args=[batch_id], priority=STARTS)

@@ -103,7 +103,10 @@ FINISH = 0
 REFINE = 3
 """Message priority of a refinement's write and render: an attempt of a video already under way."""
 NEW = 6
-"""Message priority of new work: a video's first write and render."""
+"""Message priority of new work: a video's first write and render, and the studio's own jobs (beat's, a
+consolidation: `task_default_priority`), so no steady stream of them can hold a batch back."""
+STARTS = FINISH
+"""Message priority of a plan or a resume: one short task that sets a whole batch going."""
 
 
 def message_priority(step: Step, attempt: int, *, grouped: bool) -> int:

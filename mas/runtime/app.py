@@ -26,7 +26,7 @@ from mas import names
 from mas.config import Settings
 from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
-from mas.pipeline.steps import STEPS, Step
+from mas.pipeline.steps import NEW, STEPS, Step
 from mas.redaction import redact_logs
 from mas.runtime.broker import use_studio_transport
 from mas.runtime.clients import redis_client
@@ -249,6 +249,7 @@ def celery_config(settings: Settings) -> dict:
         task_send_sent_event=True,
         worker_send_task_events=True,
         worker_prefetch_multiplier=1,
+        task_default_priority=NEW,  # a pipeline step's own level is set where its chain is made
         task_time_limit=CPU_TASK_TIME_LIMIT,  # gpu tasks set their own from MAS_MAX_RENDER_SECONDS
         result_expires=7 * 86_400,
         timezone="UTC",
