@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,8 +56,10 @@ _announce()
 
 RESULTS = ROOT / "bench" / "RESULTS-agents.md"
 REQUEST = "Create {n} videos of mythical creatures"
-VALID = re.compile(r"llm (\w+) (\w+): valid reply after (\d+) tries in ([\d.]+) s \((\d+)\+(\d+) tokens, (\w+)\)")
-INVALID = re.compile(r"llm (\w+) (\w+): reply \d+ invalid")
+VALID = re.compile(  # the log line of a validated call; "N cached" and conversation names (writer.2) came later
+    r"llm ([\w.]+) (\w+): valid reply after (\d+) tries in ([\d.]+) s \((\d+)\+(\d+) tokens(?:, \d+ cached)?, (\w+)\)"
+)
+INVALID = re.compile(r"llm ([\w.]+) (\w+): reply \d+ invalid")
 ANNOUNCED = re.compile(r"agents_bench: pid \d+ runs mas from (\S+)")
 ROLE_ORDER = ("director", "writer", "cameraman", "sleeptime")
 
@@ -200,6 +203,8 @@ def run_config(
                 attempts = list(s.scalars(sa.select(Attempt).join(Video).where(Video.batch_id == batch_id)))
                 result["attempts"] = len(attempts)
                 result["grades"] = sorted(a.grade or "-" for a in attempts)
+                graded = [a.finished_at.timestamp() for a in attempts if a.finished_at]
+                result["first_graded"] = min(graded) - asked_at if graded else None
             accepted = sorted(t for state, t in states if state == "accepted")
             result.update(
                 accepted=len(accepted),
@@ -350,6 +355,15 @@ def write_section(label: str, text: str) -> None:
     RESULTS.write_text(current if current.endswith("\n") else current + "\n")
 
 
+def where(paths: set[str]) -> str:
+    """Where the workers' `mas` came from, said without machine paths."""
+    if not paths:
+        return "not logged"
+    if paths == {str(ROOT / "mas")}:
+        return "the `mas/` of the checkout this bench ran from (the code line above)"
+    return f"NOT only this checkout's `mas/` ({len(paths)} places)"
+
+
 def code_line() -> str:
     def git(*args: str) -> str:
         try:
@@ -367,17 +381,12 @@ def code_line() -> str:
 
 
 # --- the matrix -------------------------------------------------------------------------------------
-def matrix(args) -> None:
+def _run_matrix(args, base: Path, delays: list[float], procs: list[int], results: list[dict]) -> None:
     import httpx
     from llm_standin import StandIn
 
-    from bench.harness import command_line, machine, new_data_dir
     from tests.comfyui_real import RealComfyUI, timed_workflow
 
-    base = new_data_dir("mas-agents-bench-")
-    delays = [float(d) for d in args.delays.split(",")]
-    procs = [int(p) for p in args.procs.split(",")]
-    results: list[dict] = []
     with RealComfyUI(base / "comfyui") as comfy:
         warm = timed_workflow(seconds=args.render_seconds)  # ComfyUI's first prompt loads its nodes: not measured
         httpx.post(comfy.url + "/prompt", json={"prompt": warm, "prompt_id": str(uuid.uuid4())}, timeout=30)
@@ -417,6 +426,20 @@ def matrix(args) -> None:
                     print(
                         f"  workers ran mas from {result.get('worker_mas')}; grades {result.get('grades')}", flush=True
                     )
+                    print("  raw " + json.dumps(result, default=str), flush=True)
+
+
+def matrix(args) -> None:
+    from bench.harness import command_line, machine, new_data_dir
+
+    base = new_data_dir("mas-agents-bench-")
+    delays = [float(d) for d in args.delays.split(",")]
+    procs = [int(p) for p in args.procs.split(",")]
+    results: list[dict] = []
+    try:
+        _run_matrix(args, base, delays, procs, results)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     body = [
         f"Machine: {machine()}",
         f"Command: `{command_line(__file__)}`",
@@ -426,7 +449,7 @@ def matrix(args) -> None:
         f"whose timed render takes {args.render_seconds:g} s; preview grader; MAS_MIN_ACCEPTABLE_GRADE="
         f"{args.min_grade or 'default'}; MAS_AGENT_CONVERSATIONS=N and MAS_LLM_MAX_IN_FLIGHT=16 passed (code that "
         "does not know them ignores them). Agents on the LLM latency stand-in (not a model), L seconds per call.",
-        f"Workers' `mas` (logged by each worker): {sorted({p for r in results for p in r.get('worker_mas', [])})}",
+        f"Workers' `mas` (logged by each worker): {where({p for r in results for p in r.get('worker_mas', [])})}",
         "",
         TABLE_HEAD,
         *[row(r) for r in results],
@@ -502,6 +525,7 @@ def real_llm(args) -> None:
         with server.log.open("rb") as log:
             log.seek(offset)
             server_log = log.read().decode(errors="replace")
+    shutil.rmtree(base, ignore_errors=True)
     calls = worker_calls(logs)
     prompt = sum(int(c[4]) for c in calls)
     completion = sum(int(c[5]) for c in calls)
@@ -521,7 +545,7 @@ def real_llm(args) -> None:
         f'Setup: `mas enqueue "{REQUEST.format(n=videos)}"` on SmolLM2-135M-Instruct (Q4_1 GGUF) on llama.cpp\'s '
         f"server (llama-cpp-python 0.3.36, one slot, its default settings: no prompt-state cache, `verbose` on), "
         f"one cpu worker -c 1, preview renders and grader, MAS_LLM_CONTEXT_CHARS={args.context_chars}.",
-        f"Workers' `mas` (logged by each worker): {sorted(set(ANNOUNCED.findall(logs)))}",
+        f"Workers' `mas` (logged by each worker): {where(set(ANNOUNCED.findall(logs)))}",
         "",
         "| batch | videos | accepted / failed | attempts | wall s | agent calls (valid) | HTTP requests | "
         "prompt tokens / video | completion tokens / video | prompt tokens from llama.cpp's cache | cached share |",

@@ -195,8 +195,9 @@ def test_a_cpu_worker_finishes_started_work_before_new_work(workers, settings):
     answers = sorted((r.get(timeout=60) for r in results), key=lambda a: a["answered_at"])
     levels = [int(a["tag"].split("-")[0]) for a in answers]
     # two processes take them in order; one of a level may finish just after the next level's first
-    assert max(i for i, level in enumerate(levels) if level == FINISH) < min(i for i, level in enumerate(levels) if level == NEW)
-    assert levels[0] == FINISH and levels[-1] == NEW, levels
+    at = {level: [i for i, seen in enumerate(levels) if seen == level] for level in (FINISH, REFINE, NEW)}
+    assert levels[0] == FINISH and max(at[FINISH]) < min(at[NEW]), levels
+    assert sum(at[FINISH]) < sum(at[REFINE]) < sum(at[NEW]), levels
 
 
 def test_cpu_pool_processes_preload_the_embedding_model(workers):

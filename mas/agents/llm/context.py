@@ -48,14 +48,18 @@ HISTORY_STRIDE = 8
 """The history sent starts at a multiple of this many messages into the live buffer."""
 
 
+STUDIO = "You work in an autonomous AI video studio."
+"""The opening every role shares, so that what follows it (protocol, core blocks) is a prefix they share."""
+
+
 def system_prompt(settings: Settings, agent: str) -> str:
-    """The agent's persona and protocol and the core blocks that rarely change."""
-    if recall.is_sleeptime(agent):
-        head = SLEEPTIME_PERSONA + SLEEPTIME_PROTOCOL
-    else:
-        head = PERSONAS[recall.agent_of(agent)] + PROTOCOL
+    """The protocol and the core blocks that rarely change, which every role shares, then the agent's
+    persona: a server that caches one prompt (llama.cpp's) reuses the shared part from call to call
+    whichever role asks, one that caches many (vLLM, hosted APIs) the whole of it."""
     core = _blocks(settings, stable=True)
-    return f"{head}\n\n# Core memory\n{core}"
+    if recall.is_sleeptime(agent):
+        return f"{SLEEPTIME_PERSONA}{SLEEPTIME_PROTOCOL}\n\n# Core memory\n{core}"
+    return f"{STUDIO}{PROTOCOL}\n\n# Core memory\n{core}\n\n# Your role\n{PERSONAS[recall.agent_of(agent)]}"
 
 
 def changing_memory(settings: Settings, conversation: str) -> str:
