@@ -3,10 +3,10 @@
 A call holds one of its role's conversations (`mas.agents.conversations`), so a conversation never
 interleaves while calls of one role run in parallel across cpu workers, and each request holds one of the
 endpoint's slots (MAS_LLM_MAX_IN_FLIGHT). What a call cost (tries, seconds, prompt, cached and completion
-tokens) is written to `agent_calls` with the video or batch it was about. A reply that does not validate is shown its validation error
-and asked again, `MAS_LLM_REPLY_RETRIES` times, then the step fails with the reason (`LLMReplyError`,
-permanent: the batch or video records it). Only a validated exchange enters the agent's recall buffer,
-so a failed call leaves its memory as it was.
+tokens) is written to `agent_calls` with the video or batch it was about. A reply that does not validate is
+shown its validation error and asked again, `MAS_LLM_REPLY_RETRIES` times, then the step fails with the
+reason (`LLMReplyError`, permanent: the batch or video records it). Only a validated exchange enters the
+conversation's recall buffer, so a failed call leaves its memory as it was.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ class LLMAgent:
         return reply
 
     def _answer(self, question: Question, talk: str) -> tuple[BaseModel, str]:
-        """The validated reply. The stable part of the prompt comes first (persona, protocol, the blocks
-        that rarely change, then the conversation's summary and messages), what changes every call last,
-        so an endpoint's prefix cache serves all but the end of each call."""
+        """The validated reply. The stable part of the prompt comes first (`system_prompt`, then the
+        conversation's summary and messages), what changes every call last (`changing_memory` and the
+        question), so an endpoint's prefix cache serves all but the end of each call."""
         self.last = None
         messages = [{"role": "system", "content": system_prompt(self.settings, self.agent)}]
         if self.history:
