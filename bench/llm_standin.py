@@ -363,7 +363,7 @@ def _text(content: Any) -> str:
 
 def role_of(messages: list[dict]) -> str:
     system = next((_text(m.get("content")) for m in messages if m.get("role") == "system"), "")
-    return next((role for lead, role in ROLES.items() if system.lstrip().startswith(lead)), "sleeptime")
+    return next((role for lead, role in ROLES.items() if lead in system), "sleeptime")
 
 
 def tokens(text: str) -> list[str]:

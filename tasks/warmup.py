@@ -1,7 +1,9 @@
-"""Load the embedding model as each cpu pool process starts, so the first agent step does not wait for it.
+"""Load the embedding model and the agent backend as each cpu pool process starts, so the first agent step
+does not wait for them.
 
-Loading MiniLM takes 5-12 s on a small machine; without this, the first archival search of every new
-pool process pays it while a video waits. It loads in a background thread: Celery kills a pool process
+Loading MiniLM takes 5-12 s on a small machine, and importing an agent backend's client about 1 s (the
+`openai` package); without this, the first archival search and the first agent call of every new pool
+process pay it while a video waits (the first video of a batch, on a freshly started worker). It loads in a background thread: Celery kills a pool process
 whose start-up takes longer than a few seconds, and a task that needs the model meanwhile simply waits
 for the same load (`get_embedder` holds a lock). Only processes of a worker consuming the cpu queue warm
 up; the gpu worker never embeds.
@@ -16,6 +18,8 @@ import time
 from celery import current_app
 from celery.signals import worker_process_init
 
+from mas import agents
+from mas.errors import StudioError
 from mas.memory.embeddings import EmbeddingUnavailable, get_embedder
 from mas.names import CPU_QUEUE
 
@@ -25,8 +29,12 @@ log = logging.getLogger(__name__)
 def _load() -> None:
     started = time.monotonic()
     try:
+        agents.backend(current_app.settings)  # imports the configured backend's modules; calls nothing
+    except StudioError as exc:  # the first task that needs it reports the same error
+        log.warning("agent backend not preloaded: %s", exc)
+    try:
         get_embedder(current_app.settings)
-    except EmbeddingUnavailable as exc:  # the first task that needs it reports the same error
+    except EmbeddingUnavailable as exc:
         log.warning("embedding model not preloaded: %s", exc)
         return
     log.info("embedding model loaded in %.1f s", time.monotonic() - started)
