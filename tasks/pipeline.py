@@ -23,9 +23,10 @@ from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
 from mas.pipeline import pacing, states
+from mas.pipeline.chains import send_released, video_chain
 from mas.pipeline.outcomes import KEEP, PENDING_SHOWN, fail_planning
 from mas.pipeline.production import batch_priority, request_of
-from mas.pipeline.runner import Outcome, StepRun, resume_point, send_released, step_task, video_chain
+from mas.pipeline.runner import Outcome, StepRun, resume_point, step_task
 from mas.pipeline.steps import BY_NAME, FIRST, STARTS, StepPayload
 from mas.runtime.app import AgentTask, prioritized
 

@@ -24,8 +24,9 @@ from mas.db import session_scope
 from mas.models import Batch, BatchStatus, Video, VideoState
 from mas.names import Priority
 from mas.pipeline import leases, pacing, states
+from mas.pipeline.chains import send_released, video_chain
 from mas.pipeline.production import batch_priority, send_plan
-from mas.pipeline.runner import resume_point, send_released, video_chain
+from mas.pipeline.runner import resume_point
 from mas.pipeline.steps import BY_TASK, FIRST, Step, StepPayload
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client

@@ -106,8 +106,11 @@ def test_renders_are_pipelined_the_next_prompt_already_waits_in_comfyui(server, 
         attempts = attempts_of(studio, batch_id)
     renders = server.renders()
     assert sorted(r.prompt_id for r in renders) == sorted(a.render_id for a in attempts)  # one each, no more
-    first = renders[:4]  # the first attempts, queued together at planning
-    assert {r.prompt_id for r in first} == {a.render_id for a in attempts if a.number == 1}
+    # the first attempts, written together at planning (a refinement's render may come between them: work
+    # that finishes a started video goes first)
+    first_attempts = {a.render_id for a in attempts if a.number == 1}
+    first = [r for r in renders if r.prompt_id in first_attempts]
+    assert len(first) == 4
     for previous, following in zip(first, first[1:]):
         # queued in ComfyUI before the previous render ended: ComfyUI never waited for the studio
         assert created(following) < previous.ended, (previous, following)

@@ -116,3 +116,25 @@ def test_a_batch_larger_than_the_write_ahead_never_runs_ahead_of_the_gpus(clean,
     assert max(seen) == clean.write_ahead  # full, and never more new videos
     assert len(videos_of(clean, batch_id)) == count
     assert all(v.state in (S.accepted, S.failed) for v in videos_of(clean, batch_id))
+
+
+def test_a_write_that_fails_for_good_lets_the_next_waiting_video_through_at_once(clean):
+    """The failure handler frees the failed video's place and sends the next one's chain (no wait for a
+    reconcile)."""
+    from types import SimpleNamespace
+
+    from mas.pipeline.outcomes import fail_on_error
+    from mas.pipeline.steps import BY_NAME
+    from mas.runtime.app import Studio
+    from tasks.recovery import live_work
+
+    settings = clean.model_copy(update={"write_ahead": 1})
+    _, ids = _running_batch(settings, 2)
+    assert _release(settings) == ids[:1]
+    app = Studio(settings, set_as_current=False)
+    task = SimpleNamespace(app=app, step=BY_NAME["write"], name="tasks.pipeline.write_prompt")
+    fail_on_error(task, RuntimeError("the model never answered validly"), "id", [{"video_id": ids[0], "attempt": 1}], {}, None)
+    first, second = _states(settings, ids)
+    assert first == S.failed and second != S.waiting
+    # its write was sent: queued, taken by a worker of the session, or done already
+    assert second != S.writing or ids[1] in live_work(settings).videos

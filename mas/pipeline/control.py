@@ -16,8 +16,8 @@ from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video
 from mas.pipeline import pacing, states
+from mas.pipeline.chains import send_released
 from mas.pipeline.outcomes import finish_video
-from mas.pipeline.runner import send_released
 from mas.pipeline.steps import STARTS
 from mas.runtime.app import app_for
 

@@ -26,7 +26,8 @@ from mas.models import (
     Video,
     VideoState,
 )
-from mas.pipeline import states
+from mas.pipeline import pacing, states
+from mas.pipeline.chains import send_released
 from mas.pipeline.steps import StepPayload
 from mas.redaction import redact_text
 
@@ -74,7 +75,7 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
     step = getattr(task, "step", None)
     what = step.name if step is not None else task.name.rsplit(".", 1)[-1]
     reason = redact_text(f"{what} failed: {type(exc).__name__}: {exc}", settings.secret_values())[:400]
-    due = False
+    due, released = False, []
     with session_scope(settings) as session:
         session.execute(
             sa.update(Attempt)
@@ -88,6 +89,9 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
         at = (step.state, payload.attempt) if step is not None else None
         if states.fail(session, payload.video_id, reason, at=at):
             due = finish_video(settings, session, payload.video_id)
+            if step is not None and step.state in pacing.AHEAD:  # its place ahead of the GPUs is free
+                released = pacing.release(settings, session)
+    send_released(task.app, released)
     if due:
         task.app.send_task(names.CONSOLIDATE)
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
-from celery import Task, chain, shared_task
-from celery.canvas import Signature
+from celery import Task, shared_task
 from celery.exceptions import Ignore
 from sqlalchemy.orm import Session
 
@@ -37,10 +36,11 @@ from mas.db import session_scope
 from mas.models import Video, VideoState
 from mas.names import Priority
 from mas.pipeline import leases, pacing, states
+from mas.pipeline.chains import send_released
 from mas.pipeline.leases import Lease
 from mas.pipeline.outcomes import fail_on_error, finish_video
-from mas.pipeline.steps import BY_STATE, FIRST, Step, StepPayload, after, message_priority, order
-from mas.runtime.app import AgentStepTask, GpuStepTask, prioritized
+from mas.pipeline.steps import BY_STATE, Step, StepPayload, order
+from mas.runtime.app import AgentStepTask, GpuStepTask
 
 log = logging.getLogger(__name__)
 
@@ -199,26 +199,6 @@ def priority_of(task: Task) -> Priority:
     """high when the task came from an urgent queue."""
     queue = (task.request.delivery_info or {}).get("routing_key") or ""
     return "high" if names.is_urgent(queue) else "normal"
-
-
-def video_chain(app, payload: StepPayload, *, start: Step, priority: Priority):
-    """The chain of one attempt of one video from `start` on. Each step hands the next the payload it was
-    given. High-priority work goes to the urgent queues, first come, first served; other work waits in its
-    queue by `message_priority` (finish what is started first)."""
-    links = []
-    for step in (start, *after(start)):
-        signature: Signature = app.signature(step.task, args=(payload.to_json(),) if step is start else ())
-        if priority != "high":
-            grouped = app.settings.groups_gpu_work
-            signature.set(priority=message_priority(step, payload.attempt, grouped=grouped))
-        links.append(prioritized(app, signature, priority))
-    return chain(*links)
-
-
-def send_released(app, released: pacing.Released) -> None:
-    """Start the videos `pacing.release` let through (after the transaction that moved them commits)."""
-    for payload, priority in released:
-        video_chain(app, payload, start=FIRST, priority=priority).apply_async()
 
 
 def resume_point(video: Video) -> tuple[Step, StepPayload]:
