@@ -54,13 +54,20 @@ def engine(settings) -> sa.Engine:
 
 @pytest.fixture
 def clean(settings, engine):
-    """Empty every table and every queue and result before a test."""
-    with engine.begin() as conn:
-        tables = conn.execute(
-            sa.text("select tablename from pg_tables where schemaname='public' and tablename<>'alembic_version'")
-        ).scalars().all()
-        if tables:
-            conn.execute(sa.text(f"truncate {', '.join(tables)} restart identity cascade"))
+    """Empty every table and every queue and result before a test. A session worker may still be finishing
+    the previous test's last step: a truncate that deadlocks with it is tried again."""
+    for tries_left in reversed(range(5)):
+        try:
+            with engine.begin() as conn:
+                tables = conn.execute(
+                    sa.text("select tablename from pg_tables where schemaname='public' and tablename<>'alembic_version'")
+                ).scalars().all()
+                if tables:
+                    conn.execute(sa.text(f"truncate {', '.join(tables)} restart identity cascade"))
+            break
+        except sa.exc.OperationalError as exc:
+            if "deadlock detected" not in str(exc) or not tries_left:
+                raise
     client = redis_client(settings)
     # keep kombu's exchange bindings: without them published messages are silently dropped
     stale = [k for k in client.scan_iter(count=1000) if not k.startswith(b"_kombu.binding.")]

@@ -106,14 +106,15 @@ def test_renders_are_pipelined_the_next_prompt_already_waits_in_comfyui(server, 
         attempts = attempts_of(studio, batch_id)
     renders = server.renders()
     assert sorted(r.prompt_id for r in renders) == sorted(a.render_id for a in attempts)  # one each, no more
-    # the first attempts, written together at planning (a refinement's render may come between them: work
-    # that finishes a started video goes first)
-    first_attempts = {a.render_id for a in attempts if a.number == 1}
-    first = [r for r in renders if r.prompt_id in first_attempts]
-    assert len(first) == 4
-    for previous, following in zip(first, first[1:]):
-        # queued in ComfyUI before the previous render ended: ComfyUI never waited for the studio
-        assert created(following) < previous.ended, (previous, following)
+    # whenever the next render's prompt was written before the render ahead of it started, it was already
+    # queued in ComfyUI before that render ended: ComfyUI never waited for the studio when work was ready
+    ready = {a.render_id: a.created_at.timestamp() for a in attempts}
+    checked = 0
+    for previous, following in zip(renders, renders[1:]):
+        if ready[following.prompt_id] < previous.started:
+            assert created(following) < previous.ended, (previous, following)
+            checked += 1
+    assert checked >= 2  # the first attempts, written together at planning, at least
 
 
 def test_a_high_priority_request_renders_before_the_rest_of_a_long_batch(server, data_dir):

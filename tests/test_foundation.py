@@ -177,27 +177,31 @@ def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers, setti
     assert all(a["worker"] == "gpu@test" for a in answers)
 
 
-def test_a_cpu_worker_finishes_started_work_before_new_work(workers, settings):
-    """Reviews (and gradings) before refinements before new videos: queued together, taken in that order."""
-    from mas.pipeline.steps import FINISH, NEW, REFINE
+def test_a_queue_gives_work_that_finishes_a_started_video_first(clean):
+    """Reviews and gradings before refinements before new videos, each level first come, first served: the
+    levels are the Redis transport's priority lists (the same polling order serves a worker's BRPOP)."""
+    from kombu import Queue
+
+    from mas.pipeline.steps import BY_NAME, FINISH, NEW, REFINE, message_priority
     from mas.runtime.app import app_for
 
-    app = app_for(settings)
-    app.control.cancel_consumer("cpu", destination=["cpu@test"], reply=True, timeout=5)
-    try:
-        results = [
-            app.send_task("tasks.health.ping", args=[f"{level}-{i}"], queue="cpu", priority=level)
-            for i in range(3)
-            for level in (NEW, REFINE, FINISH)  # sent newest work first
-        ]
-    finally:
-        app.control.add_consumer("cpu", destination=["cpu@test"], reply=True, timeout=5)
-    answers = sorted((r.get(timeout=60) for r in results), key=lambda a: a["answered_at"])
-    levels = [int(a["tag"].split("-")[0]) for a in answers]
-    # two processes take them in order; one of a level may finish just after the next level's first
-    at = {level: [i for i, seen in enumerate(levels) if seen == level] for level in (FINISH, REFINE, NEW)}
-    assert levels[0] == FINISH and max(at[FINISH]) < min(at[NEW]), levels
-    assert sum(at[FINISH]) < sum(at[REFINE]) < sum(at[NEW]), levels
+    write, grade, review = BY_NAME["write"], BY_NAME["grade"], BY_NAME["review"]
+    assert message_priority(review, 1, grouped=False) == message_priority(grade, 1, grouped=False) == FINISH
+    assert message_priority(write, 2, grouped=False) == REFINE and message_priority(write, 1, grouped=False) == NEW
+    assert message_priority(grade, 1, grouped=True) == NEW  # grouped: at the renders' level, the worker stays
+    queue = Queue("mas-test-order", routing_key="mas-test-order")
+    with app_for(clean).connection_for_write() as conn:
+        producer = conn.Producer(serializer="json")
+        for i in range(3):
+            for level in (NEW, REFINE, FINISH):  # newest work sent first
+                producer.publish({"level": level, "i": i}, routing_key=queue.name, declare=[queue], priority=level)
+        with conn.SimpleQueue(queue) as taken:
+            order = []
+            for _ in range(9):
+                message = taken.get(timeout=10)
+                order.append((message.payload["level"], message.payload["i"]))
+                message.ack()
+    assert order == [(level, i) for level in (FINISH, REFINE, NEW) for i in range(3)]
 
 
 def test_cpu_pool_processes_preload_the_embedding_model(workers):
