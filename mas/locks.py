@@ -54,7 +54,7 @@ def held(engine: sa.Engine, name: str, *, timeout_s: float | None = None) -> Ite
 def held_or_busy(engine: sa.Engine, name: str, *, busy: str) -> Iterator[sa.Connection]:
     """Hold the lock for the block, or raise `LockBusy(busy)` at once if another process holds it."""
     with engine.connect() as conn, conn.begin():
-        if not conn.scalar(sa.text("select pg_try_advisory_xact_lock(:k)"), {"k": lock_key(name)}):
+        if not _try(conn, name):
             raise LockBusy(busy)
         yield conn
 
@@ -95,7 +95,9 @@ def held_any(engine: sa.Engine, names: Sequence[str], *, timeout_s: float) -> It
 
 
 def _first_free(conn: sa.Connection, names: Sequence[str]) -> str | None:
-    for name in names:
-        if conn.scalar(sa.text("select pg_try_advisory_xact_lock(:k)"), {"k": lock_key(name)}):
-            return name
-    return None
+    return next((name for name in names if _try(conn, name)), None)
+
+
+def _try(conn: sa.Connection, name: str) -> bool:
+    """Take the lock in `conn`'s open transaction if nobody holds it; whether it was taken."""
+    return bool(conn.scalar(sa.text("select pg_try_advisory_xact_lock(:k)"), {"k": lock_key(name)}))

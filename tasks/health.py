@@ -1,7 +1,5 @@
 """Health checks of the cpu queue: which worker answered, and a join for fan-in checks."""
 
-import time
-
 from celery import shared_task
 
 from mas import names
@@ -9,8 +7,8 @@ from mas import names
 
 @shared_task(name=names.PING, bind=True)
 def ping(self, tag: str = "") -> dict:
-    """Answer with the host and queue that ran this task, and when."""
-    return {"queue": names.CPU_QUEUE, "worker": self.request.hostname, "tag": tag, "answered_at": time.time()}
+    """Answer with the host and queue that ran this task."""
+    return {"queue": names.CPU_QUEUE, "worker": self.request.hostname, "tag": tag}
 
 
 @shared_task(name=names.COLLECT)

@@ -465,9 +465,7 @@ def resume_batch(self, batch_id: int) -> dict:
             prioritized(self.app, plan, priority).apply_async()
             return {"batch_id": batch_id, "resent": ["plan"]}
         unfinished = session.scalars(
-            sa.select(Video).where(
-                Video.batch_id == batch_id, Video.state.not_in([*states.TERMINAL, VideoState.waiting])
-            )
+            sa.select(Video).where(Video.batch_id == batch_id, Video.state.in_(list(states.STEP_STATES)))
         ).all()
         points = [resume_point(video) for video in unfinished]
         released = pacing.release(self.app.settings, session)  # waiting videos, as far as the GPUs need

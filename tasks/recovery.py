@@ -21,13 +21,13 @@ import sqlalchemy as sa
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
-from mas.models import Batch, BatchStatus, Video, VideoState
+from mas.models import Batch, BatchStatus, Video
 from mas.names import Priority
 from mas.pipeline import leases, pacing, states
 from mas.pipeline.chains import send_released, video_chain
 from mas.pipeline.production import batch_priority, send_plan
 from mas.pipeline.runner import resume_point
-from mas.pipeline.steps import BY_TASK, FIRST, Step, StepPayload
+from mas.pipeline.steps import BY_TASK, Step, StepPayload
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 
@@ -87,7 +87,7 @@ def _lost(settings: Settings, lost_before: datetime) -> Lost:
         unfinished = session.scalars(
             sa.select(Video)
             .join(Batch)
-            .where(Video.state.not_in([*states.TERMINAL, VideoState.waiting]), Batch.status == BatchStatus.running)
+            .where(Video.state.in_(list(states.STEP_STATES)), Batch.status == BatchStatus.running)
         ).all()
         resend = [
             (*resume_point(video), batch_priority(video.batch))
@@ -113,7 +113,8 @@ def _decode(raw: bytes | str) -> tuple[str, list]:
 @dataclass(frozen=True, kw_only=True)
 class Report:
     replanned: list[int]
-    resent: list[int]
+    resent: list[int]  # lost work sent again
+    released: list[int]  # waiting videos whose write became due
 
 
 def reconcile(settings: Settings, *, older_than: float) -> Report:
@@ -137,11 +138,13 @@ def reconcile(settings: Settings, *, older_than: float) -> Report:
     app = app_for(settings)
     for step, payload, priority in resend:
         video_chain(app, payload, start=step, priority=priority).apply_async()
-    with session_scope(settings) as session:  # places a failed or cancelled video freed, if nothing took them
+    with session_scope(settings) as session:  # places ahead of the GPUs that nothing took (a lost send)
         released = pacing.release(settings, session)
     send_released(app, released)
-    resend += [(FIRST, payload, priority) for payload, priority in released]
     replanned_ids, resent_ids = [b for b, _ in replanned], [payload.video_id for _, payload, _ in resend]
+    released_ids = [payload.video_id for payload, _ in released]
     if replanned or resend:
         log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned_ids, resent_ids)
-    return Report(replanned=replanned_ids, resent=resent_ids)
+    if released:
+        log.info("reconcile: let waiting videos %s through", released_ids)
+    return Report(replanned=replanned_ids, resent=resent_ids, released=released_ids)

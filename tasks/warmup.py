@@ -3,10 +3,10 @@ does not wait for them.
 
 Loading MiniLM takes 5-12 s on a small machine, and importing an agent backend's client about 1 s (the
 `openai` package); without this, the first archival search and the first agent call of every new pool
-process pay it while a video waits (the first video of a batch, on a freshly started worker). It loads in a background thread: Celery kills a pool process
-whose start-up takes longer than a few seconds, and a task that needs the model meanwhile simply waits
-for the same load (`get_embedder` holds a lock). Only processes of a worker consuming the cpu queue warm
-up; the gpu worker never embeds.
+process pay it while a video waits (the first video of a batch, on a freshly started worker). It loads in
+a background thread: Celery kills a pool process whose start-up takes longer than a few seconds, and a task
+that needs the model meanwhile simply waits for the same load (`get_embedder` holds a lock). Only processes
+of a worker consuming the cpu queue warm up; the gpu worker never embeds.
 """
 
 from __future__ import annotations

@@ -198,8 +198,8 @@ def recover(settings: Settings) -> None:
     ready(settings)
     report = remote.request_recover(settings)
     console.print(
-        f"re-planned {len(report['replanned'])} batch(es), re-sent {len(report['resent'])} video(s); "
-        "anything still queued or running was left alone"
+        f"re-planned {len(report['replanned'])} batch(es), re-sent {len(report['resent'])} video(s), let "
+        f"{len(report.get('released', []))} waiting video(s) through; anything still queued or running was left alone"
     )
 
 

@@ -1,10 +1,10 @@
 """Recall memory: every message each agent saw, and the live buffer it sees now.
 
-Each agent (each conversation of a role: `conversation`) has a live buffer (its `agent_messages` rows with `in_context` true) and a running summary
-(`agent_buffers.summary`). A message leaving the buffer is only marked out of context: it stays in
-recall, where `search` finds it. Every write to one agent's buffer first locks that agent's
-`agent_buffers` row, so concurrent writers (Celery processes, the maintenance beat) serialize per agent
-and never lose or double-evict a message.
+Each agent (each conversation of a role: `conversation`) has a live buffer (its `agent_messages` rows with
+`in_context` true) and a running summary (`agent_buffers.summary`). A message leaving the buffer is only
+marked out of context: it stays in recall, where `search` finds it. Every write to one agent's buffer first
+locks that agent's `agent_buffers` row, so concurrent writers (Celery processes, the maintenance beat)
+serialize per agent and never lose or double-evict a message.
 
 The seed system's finding shapes two rules here: history that piles up makes an agent drift from its
 instructions, so the buffer is bounded (eviction on `append`, the maintenance v3 policy in `maintain`),
@@ -117,8 +117,9 @@ def append(settings: Settings, agent: str, *, role: str, content: str, summarize
 
     When the buffer then holds more than `context_max_messages`, the oldest messages leave context and
     are folded into the summary: a quarter of the bound at once, so the buffer's start (and with it the
-    prompt prefix an endpoint caches) stays the same for many calls. If the summarizer fails they leave anyway (the bound on context is the
-    point) with the summary unchanged and the failure counted; they remain in recall either way.
+    prompt prefix an endpoint caches) stays the same for many calls. If the summarizer fails they leave
+    anyway (the bound on context is the point) with the summary unchanged and the failure counted; they
+    remain in recall either way.
     """
     _check_agent(agent)
     if not 0 < len(role) <= ROLE_MAX_CHARS:

@@ -89,7 +89,7 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
         at = (step.state, payload.attempt) if step is not None else None
         if states.fail(session, payload.video_id, reason, at=at):
             due = finish_video(settings, session, payload.video_id)
-            if step is not None and step.state in pacing.AHEAD:  # its place ahead of the GPUs is free
+            if step is not None and pacing.leaves_ahead(step.state, S.failed):  # its place is free
                 released = pacing.release(settings, session)
     send_released(task.app, released)
     if due:

@@ -13,10 +13,12 @@ from sqlalchemy.orm import Session
 from mas.db import rows_changed
 from mas.errors import PermanentError
 from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
-from mas.pipeline.steps import STEPS
+from mas.pipeline.steps import BY_STATE, STEPS
 
 S = VideoState
 TERMINAL = frozenset({S.accepted, S.failed, S.cancelled})
+STEP_STATES = frozenset(BY_STATE)
+"""Live states whose step is due or running (not `waiting`, whose write is not due yet, nor a final state)."""
 
 ALLOWED: dict[VideoState, frozenset[VideoState]] = {
     **{step.state: frozenset({*step.leads_to, S.failed, S.cancelled}) for step in STEPS},

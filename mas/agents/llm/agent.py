@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 
 from mas.agents import conversations
@@ -136,7 +137,15 @@ class LLMAgent:
 
 
 def _record(settings: Settings, exchange: Exchange, question: Question) -> None:
-    """One `agent_calls` row: what the call cost, about which video or batch (valid or not)."""
+    """One `agent_calls` row: what the call cost, about which video or batch (valid or not). Bookkeeping: a
+    database that is away loses the row (logged), never the call's reply or its own error."""
+    try:
+        _insert_call(settings, exchange, question)
+    except sa.exc.SQLAlchemyError as exc:
+        log.warning("llm %s %s: its cost was not recorded: %s", exchange.agent, exchange.task, exc)
+
+
+def _insert_call(settings: Settings, exchange: Exchange, question: Question) -> None:
     with session_scope(settings) as session:
         session.add(
             AgentCall(

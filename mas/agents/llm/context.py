@@ -7,7 +7,7 @@
   bound the buffer itself.
 
 The order is the prefix caches' (vLLM, llama.cpp, hosted APIs reuse the longest prompt prefix they saw):
-the system prompt holds what rarely changes (persona, protocol, the blocks outside `CHANGING`); then the
+the system prompt holds what rarely changes (protocol, the blocks outside `CHANGING`, persona); then the
 summary and messages, which only grow until an eviction; the blocks every step rewrites and the statistics
 come last, in the call's own message (`changing_memory`). Where the history starts moves in steps of
 `HISTORY_STRIDE` messages, not message by message, so consecutive calls share it.
@@ -100,8 +100,9 @@ def conversation(settings: Settings, agent: str) -> list[dict[str, Any]]:
     budget -= len(summary)
     contents = [m.content[:MESSAGE_MAX_CHARS] for m in remembered.messages]
     start = len(contents)
-    while start > 0 and sum(map(len, contents[start - 1 :])) <= budget:
+    while start > 0 and len(contents[start - 1]) <= budget:  # the newest that fit, back from the end
         start -= 1
+        budget -= len(contents[start])
     stride_start = start + -start % HISTORY_STRIDE  # rounded up to the stride: the same start for many calls
     start = stride_start if stride_start < len(contents) else start
     kept = [
