@@ -30,6 +30,7 @@ from mas.config import Settings
 from mas.db import session_scope
 from mas.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, ModelMissing, NothingToGrade
 from mas.models import DEFAULT_USER, Attempt, Video
+from mas.storage import local_copy
 from mas.video import decode_video
 
 NAME = "dqa"
@@ -169,9 +170,11 @@ def regrade(settings: Settings, video_id: int, *, residency: Residency) -> Regra
         if row is None:
             raise NothingToGrade(f"video {video_id} has no rendered attempt yet; grade it once it has been rendered")
         concept, attempt, user = video.concept, row, video.batch.user_name
-    assert attempt.output_path is not None  # the query picks a rendered attempt
+    path = local_copy(settings, attempt.output_path)
+    if path is None:
+        raise NothingToGrade(f"the file of video {video_id} ({attempt.output_path}) is not in the storage")
     grader = DQAGrader(settings=settings, residency=residency)
-    scores, grade = grader(video=Path(attempt.output_path), prompt=attempt.prompt, concept=concept, user=user)
+    scores, grade = grader(video=path, prompt=attempt.prompt, concept=concept, user=user)
     stored = attempt.scores or {}
     share = grading.effective_weights(settings.dqa_weights, present=[a for a in AXES if a in scores])
     subs = {"benchmark": BENCHMARK_METRICS, "multi_axis": MULTI_AXES}
@@ -183,7 +186,7 @@ def regrade(settings: Settings, video_id: int, *, residency: Residency) -> Regra
     return Regrade(
         video_id=video_id,
         attempt=attempt.number,
-        path=attempt.output_path,
+        path=str(path),
         concept=concept,
         prompt=attempt.prompt,
         grade=grade,

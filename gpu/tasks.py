@@ -23,7 +23,6 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from functools import partial
-from pathlib import Path
 
 import sqlalchemy as sa
 from celery import shared_task
@@ -33,16 +32,17 @@ from sqlalchemy.orm import Session
 
 from gpu.factory import gpu_turns, grader, residency, video_backend
 from gpu.interfaces import RenderStopped
+from gpu.progress import ProgressPublisher
 from gpu.turns import Turn, rank
 from mas import names
 from mas.db import session_scope
 from mas.errors import RetryableError
 from mas.models import Attempt, Video, VideoState
 from mas.pipeline import states
-from mas.pipeline.outcomes import LOST_CONNECTION
 from mas.pipeline.runner import Outcome, StepRun, priority_of, step_task
 from mas.pipeline.steps import BY_NAME
 from mas.runtime.clients import redis_client
+from mas.storage import local_copy, storage, video_key
 from mas.video import VideoUnreadable, check_video
 
 S = VideoState
@@ -109,11 +109,6 @@ def publish_stats(sender=None, **_) -> None:
     redis_client(settings).set(key, json.dumps(stats, default=str), ex=7 * 86_400)
 
 
-def output_path(settings, video: Video, attempt: int) -> Path:
-    """Where an attempt's video goes: a name we choose, inside the output folder."""
-    return settings.videos_dir / f"batch-{video.batch_id}" / f"video-{video.id}-attempt-{attempt}.mp4"
-
-
 class RenderTimedOut(RetryableError):
     """An in-process render used its GPU turn's whole time (MAS_MAX_RENDER_SECONDS) and was stopped."""
 
@@ -129,12 +124,14 @@ class RenderJob:
     negative_prompt: str
     seed: int
     render_id: str
-    target: Path
+    key: str
+    """The attempt's file in the storage (`mas.storage.video_key`): a name we choose."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Rendered:
-    path: Path
+    location: str
+    """Where the storage keeps the file (what the database records)."""
     seconds: float
 
 
@@ -150,25 +147,17 @@ class Render:
             negative_prompt=row.negative_prompt,
             seed=row.seed,
             render_id=row.render_id,
-            target=output_path(run.settings, video, run.attempt),
+            key=video_key(batch_id=video.batch_id, video_id=video.id, attempt=run.attempt),
         )
 
     def work(self, run: StepRun, job: RenderJob) -> Rendered:
-        settings, target = run.settings, job.target
-
-        def progress(done: int, total: int) -> None:
-            """For people watching (Flower, `mas status`): a result backend that is away skips an update, and
-            the render goes on."""
-            meta = {**run.payload.to_json(), "step": run.step.name, "done": done, "total": total}
-            try:
-                run.task.update_state(state="PROGRESS", meta=meta)
-            except LOST_CONNECTION as exc:
-                log.warning("progress of %s not published: %s", run.describe(), exc)
-
-        target.parent.mkdir(parents=True, exist_ok=True)
+        settings = run.settings
+        store = storage(settings)
+        target = store.staging(job.key)
         scratch = target.with_name(f"{target.stem}.{run.lease.key}.partial.mp4")  # unique per run: never shared
         backend = video_backend(settings)
         cancelled = _stop_when_cancelled(settings, run.video_id)
+        progress = ProgressPublisher(run)
         what = f"render of video {run.video_id} attempt {run.attempt}"
         started = time.monotonic()
         turn: Turn | None = None
@@ -180,7 +169,7 @@ class Render:
                 seed=job.seed,
                 output=scratch,
                 render_id=job.render_id,
-                progress=progress,
+                progress=progress.publish,
             )
             if backend.uses_this_gpu:
                 with gpu_turns(settings).turn(
@@ -206,14 +195,15 @@ class Render:
                 f"the {settings.video_backend} backend wrote a file that does not play: {exc}"
             ) from exc
         finally:
+            progress.close()
             scratch.unlink(missing_ok=True)
         seconds = backend.last_run_seconds or time.monotonic() - started  # a queued render: its server's record
-        return Rendered(path=target, seconds=seconds)
+        return Rendered(location=store.put(target, job.key), seconds=seconds)
 
     def record(self, run: StepRun, session: Session, video: Video, rendered: Rendered) -> Outcome:
         row = states.attempt_row(session, video.id, run.attempt)
         row.output_path, row.render_seconds, row.backend = (
-            str(rendered.path),
+            rendered.location,
             rendered.seconds,
             run.settings.video_backend,
         )
@@ -248,7 +238,7 @@ def _stop_when_cancelled(settings, video_id: int, *, every_s: float = 1.0):
 
 @dataclass(frozen=True, kw_only=True)
 class GradingJob:
-    path: Path
+    location: str
     prompt: str
     concept: str
     user: str
@@ -267,18 +257,19 @@ class Grade:
     def prepare(self, run: StepRun, session: Session, video: Video) -> GradingJob:
         row = states.attempt_row(session, video.id, run.attempt)
         return GradingJob(
-            path=Path(row.output_path or ""), prompt=row.prompt, concept=video.concept, user=video.batch.user_name
+            location=row.output_path or "", prompt=row.prompt, concept=video.concept, user=video.batch.user_name
         )
 
     def work(self, run: StepRun, job: GradingJob) -> Grading:
         what = f"grading of video {run.video_id} attempt {run.attempt}"
         try:
+            path = local_copy(run.settings, job.location)  # before the turn: a download needs no GPU
+            if path is None:
+                raise VideoUnreadable(f"the rendered file {job.location!r} is not in the storage")
             with gpu_turns(run.settings).turn(
                 what=what, priority=run.priority, limit_seconds=run.settings.max_render_seconds
             ):
-                scores, grade = grader(run.settings)(
-                    video=job.path, prompt=job.prompt, concept=job.concept, user=job.user
-                )
+                scores, grade = grader(run.settings)(video=path, prompt=job.prompt, concept=job.concept, user=job.user)
         except VideoUnreadable as exc:  # a broken render is graded F, so review renders it again
             return Grading(scores={"total": 0.0}, grade="F", reasons=[str(exc)])
         return Grading(scores=scores, grade=grade, reasons=[])

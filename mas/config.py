@@ -67,8 +67,23 @@ class Settings(BaseSettings):
         description="Folder for the embedded services' data, videos and adapters.",
     )
     output_dir: Path | None = Field(
-        default=None, description="Where finished videos are written (default: DATA_DIR/videos)."
+        default=None,
+        description="Where finished videos are written when MAS_STORAGE_URL is unset (default: DATA_DIR/videos; "
+        "a shared mount when workers run on several hosts).",
     )
+    storage_url: str | None = Field(
+        default=None,
+        description="s3://BUCKET[/PREFIX]: finished videos go to an S3-compatible bucket that every host reads "
+        "(needs the s3 extra). Unset: the output folder.",
+    )
+    s3_endpoint_url: str | None = Field(
+        default=None, description="The S3-compatible server's URL (unset: AWS's endpoint for MAS_S3_REGION)."
+    )
+    s3_region: str = Field(default="us-east-1", description="The bucket's region.")
+    s3_access_key_id: str | None = Field(
+        default=None, description="Access key of the bucket (unset: boto3's usual sources, e.g. AWS_ACCESS_KEY_ID)."
+    )
+    s3_secret_access_key: SecretStr | None = Field(default=None, description="Secret key of the bucket.")
 
     # --- services (leave unset for the embedded default) --------------------------------------
     database_url: str | None = Field(
@@ -331,16 +346,16 @@ class Settings(BaseSettings):
         description="How long an agent step waits for its server (LLM, Letta) to come back before failing.",
     )
     reconcile_every_seconds: float = Field(
-        default=60, gt=0, description="How often beat runs reconcile (re-sends what the broker lost)."
+        default=10, gt=0, description="How often beat runs reconcile (re-sends what the broker lost)."
     )
     reconcile_after_seconds: int = Field(
-        default=120, gt=0, description="A video with no progress this long and no live task is re-sent."
+        default=30, gt=0, description="A video with no progress this long and no live task is re-sent."
     )
     lease_heartbeat_seconds: float = Field(
-        default=10, gt=0, description="How often a running step renews its lease, telling reconcile it is alive."
+        default=5, gt=0, description="How often a running step renews its lease, telling reconcile it is alive."
     )
     lease_expiry_seconds: float = Field(
-        default=60,
+        default=20,
         gt=0,
         description="A step lease not renewed this long is dead (its worker is gone): the step is re-sent and "
         "the next delivery takes it over. Must exceed 2 x MAS_LEASE_HEARTBEAT_SECONDS.",

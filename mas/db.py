@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mas import locks, names
 from mas.config import Settings
-from mas.errors import PeerUnavailable
+from mas.errors import InvalidSettings, PeerUnavailable
 from mas.runtime import services
 from mas.singletons import per_process
 
@@ -61,10 +61,34 @@ def check_connection(eng: sa.Engine) -> None:
         ) from exc
 
 
+class VectorExtensionMissing(InvalidSettings):
+    """The database lacks pgvector and the studio's role may not create it (a managed PostgreSQL)."""
+
+
+def ensure_vector(conn: sa.Connection) -> None:
+    """Create pgvector when the role may; otherwise say in one line what a superuser must run.
+
+    pgvector is not a trusted extension: only a superuser creates it, which a managed PostgreSQL's
+    login role is not. Where it already exists nothing is asked of the role."""
+    if conn.scalar(sa.text("select 1 from pg_extension where extname = 'vector'")):
+        return
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS vector"))
+    except sa.exc.ProgrammingError as exc:
+        database, role = conn.execute(sa.text("select current_database(), current_user")).one()
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise VectorExtensionMissing(
+            f"the database {database!r} has no pgvector extension and the role {role!r} may not create it "
+            f"({reason}); as a superuser run: psql -d {database} -c 'CREATE EXTENSION vector;'"
+        ) from exc
+
+
 def migrate(eng: sa.Engine, revision: str = "head") -> None:
     """Bring the schema to `revision` (default: newest), once, whoever else is starting."""
     with eng.begin() as conn:
         locks.acquire(conn, names.MIGRATION_LOCK)
+        ensure_vector(conn)
         command.upgrade(alembic_config(conn), revision)
 
 

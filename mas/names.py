@@ -48,7 +48,15 @@ PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 
 # --- tasks ----------------------------------------------------------------------------------------------
 
-TASK_PACKAGES = ("tasks.health", "tasks.pipeline", "tasks.maintenance", "tasks.warmup", "gpu.health", "gpu.tasks")
+TASK_PACKAGES = (
+    "tasks.health",
+    "tasks.pipeline",
+    "tasks.maintenance",
+    "tasks.warmup",
+    "tasks.takeover",
+    "gpu.health",
+    "gpu.tasks",
+)
 """Modules the Celery app imports to register tasks (by name: `mas` never imports them itself)."""
 
 PING = "tasks.health.ping"

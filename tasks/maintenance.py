@@ -37,7 +37,7 @@ def reconcile(self) -> dict:
 @shared_task(name=names.RECOVER, bind=True)
 def recover(self) -> dict:
     """`mas recover`: re-send every unfinished video and queued batch that nothing carries, at once."""
-    return asdict(recovery.reconcile(self.app.settings, older_than=0))
+    return asdict(recovery.reconcile(self.app.settings, older_than=0, unanswered=True))
 
 
 @shared_task(name=names.RUN_SCHEDULES, bind=True)

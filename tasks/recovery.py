@@ -36,33 +36,41 @@ log = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class Live:
-    """What the broker and the workers still carry."""
+    """What the broker and the workers still carry, and which workers answered."""
 
     videos: set[int] = field(default_factory=set)
     batches: set[int] = field(default_factory=set)
+    workers: set[str] = field(default_factory=set)
 
-    def add(self, name: str, args: list) -> None:
+    def add(self, name: str, args: list, *, running: bool = False) -> None:
         if not args:
             return
         if name in (names.PLAN_BATCH, names.RESUME_BATCH):
             self.batches.add(int(args[0]))
-        elif name in BY_TASK and (payload := StepPayload.of_message(args, {})) is not None:
+        elif name in BY_TASK and not running and (payload := StepPayload.of_message(args, {})) is not None:
             self.videos.add(payload.video_id)
 
 
 def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
-    """Videos and batches that a task on a worker (running or reserved) or a queued message carries.
+    """Videos and batches that a task on a worker (waiting there, or a plan running) or a queued message
+    carries.
 
-    Workers are asked first, the queues read after: a task that finishes meanwhile has already queued its
-    chain's next message, so work moving from a worker to a queue is seen in one place or the other.
+    A running step is carried by its lease, not by the worker's list of active tasks: a task whose result
+    could not be published (the broker away at that moment) can stay listed as active for ever, while
+    its lease says whether it still runs. Workers are asked first, the queues read after: a task that
+    finishes meanwhile has already queued its chain's next message, so work moving from a worker to a
+    queue is seen in one place or the other.
     """
     live = Live()
     app = app_for(settings)
     inspect = app.control.inspect(timeout=inspect_timeout)
-    for listing in (inspect.active() or {}, inspect.reserved() or {}):
+    listings = [(inspect.active() or {}, True), (inspect.reserved() or {}, False), (inspect.scheduled() or {}, False)]
+    for listing, running in listings:
+        live.workers.update(listing)
         for tasks in listing.values():
             for task in tasks:
-                live.add(task.get("name", ""), task.get("args") or [])
+                task = task.get("request", task)  # a scheduled (eta) entry wraps its request
+                live.add(task.get("name", ""), task.get("args") or [], running=running)
     client = redis_client(settings)
     for queue in app.conf.task_queues:
         for key in queue_keys(app, queue.name):
@@ -75,10 +83,13 @@ def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
 Lost = tuple[list[tuple[int, Priority]], list[tuple[Step, StepPayload, Priority]]]
 
 
-def _lost(settings: Settings, lost_before: datetime) -> Lost:
+def _lost(settings: Settings, lost_before: datetime, *, unanswered: bool = False) -> Lost:
     """Queued batches (id, priority) and unfinished videos of running batches (the step their state names,
-    its payload, priority) that nothing carries now."""
+    its payload, priority) that nothing carries now. `unanswered`: first end the leases of workers that did
+    not answer (`mas recover`)."""
     live = live_work(settings)
+    if unanswered:
+        leases.expire_unanswered(settings, live.workers)
     alive, dead, last_step = leases.running(settings), leases.dead(settings), leases.last_activity(settings)
     with session_scope(settings) as session:
         queued = session.scalars(
@@ -117,7 +128,7 @@ class Report:
     released: list[int]  # waiting videos whose write became due
 
 
-def reconcile(settings: Settings, *, older_than: float) -> Report:
+def reconcile(settings: Settings, *, older_than: float, unanswered: bool = False) -> Report:
     """Re-send what Postgres says is unfinished and nothing carries.
 
     A video is carried when a queued message or a worker holds it, or a step of it has a live lease (its
@@ -125,10 +136,11 @@ def reconcile(settings: Settings, *, older_than: float) -> Report:
     of it had a lease whose heartbeat stopped (its worker died), or neither its state nor a step of it moved
     for `older_than` seconds (0: at once, for `mas recover` after the broker lost its data). Only running
     batches are looked at: a paused, cancelled, failed or finished batch is left alone, and only queued
-    batches are re-planned.
+    batches are re-planned. With `unanswered` (`mas recover`), a step whose worker does not answer and whose
+    heartbeat missed a beat is lost now, not when its lease expires.
     """
     lost_before = datetime.now(UTC) - timedelta(seconds=older_than)
-    replanned, resend = _lost(settings, lost_before)
+    replanned, resend = _lost(settings, lost_before, unanswered=unanswered)
     if replanned or resend:  # work in transit between a worker and a queue looks lost for a moment: look again
         again_batches, again_videos = _lost(settings, lost_before)
         replanned = [b for b in replanned if b in again_batches]

@@ -1,6 +1,10 @@
 """Settings, migrations, the video state machine, routing, and a chain and a chord on real workers."""
 
+import os
+import subprocess
+import sys
 import time
+from unittest import mock
 
 import pytest
 import sqlalchemy as sa
@@ -221,7 +225,7 @@ def test_a_step_lease_counts_only_take_overs_from_a_dead_holder(clean):
 
     with db.session_scope(clean) as s:
         vid = _video(s)
-    where = dict(video_id=vid, attempt=1, step="render")
+    where = dict(video_id=vid, attempt=1, step="render", worker="gpu@test")
     first = leases.claim(clean, **where)
     assert first is not None and first.claims == 1
     assert leases.claim(clean, **where) is None  # held and alive: another delivery leaves it alone
@@ -240,6 +244,33 @@ def test_a_step_lease_counts_only_take_overs_from_a_dead_holder(clean):
         assert taken is not None and taken.claims == 1 + died
     with pytest.raises(leases.StepGivenUp):
         leases.check_claims(clean, taken)
+
+
+def test_a_restarted_worker_and_recover_take_over_the_leases_of_holders_that_are_gone(clean):
+    """A worker started again under its name ends at once the live leases its dead processes held (not those of
+    a live process of it, nor another worker's); `mas recover` ends those of workers that did not answer once
+    their heartbeat missed a beat, and leaves an answering worker's alone."""
+    from mas.pipeline import leases
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)  # a process that has exited
+    with db.session_scope(clean) as s:
+        vids = [_video(s) for _ in range(4)]
+    holders = {vids[0]: f"gpu@a/{dead_pid}", vids[1]: f"gpu@a/{os.getpid()}", vids[2]: f"gpu@b/{dead_pid}",
+               vids[3]: f"cpu@c/{dead_pid}"}
+    for vid, holder in holders.items():
+        node, pid = holder.split("/")
+        with mock.patch("os.getpid", return_value=int(pid)):
+            assert leases.claim(clean, video_id=vid, attempt=1, step="render", worker=node) is not None
+    assert leases.running(clean) == set(vids)
+    assert leases.take_over_predecessors(clean, "gpu@a") == {vids[0]}
+    assert leases.dead(clean) == {vids[0]}
+    assert leases.expire_unanswered(clean, answering={"gpu@a", "cpu@c"}) == set()  # no beat missed yet
+    with db.session_scope(clean) as s:
+        s.execute(sa.text("update step_leases set heartbeat_at = heartbeat_at - make_interval(secs => :s)"),
+                  {"s": 2 * clean.lease_heartbeat_seconds})
+    assert leases.expire_unanswered(clean, answering={"gpu@a", "cpu@c"}) == {vids[2]}  # gpu@b is gone or cut off
+    assert leases.running(clean) == {vids[1], vids[3]}
 
 
 def test_an_agent_step_waits_out_a_server_that_is_away(settings):

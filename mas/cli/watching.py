@@ -17,6 +17,7 @@ from mas.config import Settings
 from mas.errors import PermanentError
 from mas.models import BatchStatus
 from mas.pipeline.states import TERMINAL
+from mas.storage import storage
 from mas.text import visible
 
 FINISHED = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
@@ -36,7 +37,7 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
     else:
         shown = _batch(settings, batch)
         console.print(_batch_view(shown))
-        print_files(shown.videos)
+        print_files(settings, shown.videos)
         usage = queries.agent_usage(settings, shown.id)
         if usage.calls:
             cached = 100 * usage.cached_tokens / max(usage.prompt_tokens, 1)
@@ -74,7 +75,7 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
             live.update(_batch_view(batch))
     if not console.is_terminal:  # Live ends its last line only on a terminal
         console.line()
-    print_files(batch.videos)
+    print_files(settings, batch.videos)
     if batch.status == BatchStatus.failed:
         raise BatchEnded(f"batch {batch.id} failed: {batch.failure_reason or 'no reason recorded'}")
     if batch.status == BatchStatus.cancelled:
@@ -127,8 +128,8 @@ def videos(settings: Settings, batch: int | None, limit: int) -> None:
     for v in rows:
         table.add_row(str(v.id), str(v.batch_id), v.state.value, v.grade or "", str(v.attempt_count))
     console.print(table)
-    print_files(rows)
-    print_whole(f"videos are written under {settings.videos_dir}")
+    print_files(settings, rows)
+    print_whole(f"videos are stored {storage(settings).where()}")
 
 
 COMMANDS = [status, videos]

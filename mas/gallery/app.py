@@ -46,6 +46,7 @@ from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
 from mas.pipeline.states import TERMINAL
 from mas.runtime.services import ServiceError
+from mas.storage import storage
 from mas.video import VideoUnreadable
 
 FINAL = tuple(TERMINAL)
@@ -210,32 +211,23 @@ def _get(session: Session, model: type[Row], key: int) -> Row | None:
     return session.get(model, key) if key <= MAX_ID else None
 
 
-def _inside_output(settings: Settings, raw: str) -> Path | None:
-    """`raw` resolved (links followed), or None when it lies outside the output folder or can't be resolved."""
-    try:
-        path = Path(raw).resolve()
-    except (ValueError, OSError, RuntimeError):  # a NUL byte in the name; a link loop (RuntimeError before 3.13)
-        return None
-    return path if path.is_relative_to(settings.videos_dir) else None
-
-
-def _served_file(settings: Settings, video: Video) -> tuple[Path | None, str]:
-    """The video's file when it may be served, else None and the reason to show instead."""
+def _served_file(settings: Settings, video: Video) -> tuple[str | None, str]:
+    """The video's key in the storage when its file may be served, else None and the reason to show instead."""
     if not video.output_path:
         if video.state in TERMINAL:
             return None, f"{video.state.value} before a file was written"
         return None, "rendering…"
-    path = _inside_output(settings, video.output_path)
-    if path is None:
+    key = storage(settings).key_of(video.output_path)
+    if key is None:
         return None, "its file is outside the output folder and is not served"
-    if not path.is_file():
-        return None, f"its file {path.name} is missing"
-    return path, ""
+    if storage(settings).local_file(key) is None:
+        return None, f"its file {key.rsplit('/', 1)[-1]} is missing"
+    return key, ""
 
 
 def _video_view(settings: Settings, video: Video) -> VideoView:
-    path, note = _served_file(settings, video)
-    url = None if path is None else "/files/" + quote(path.relative_to(settings.videos_dir).as_posix())
+    key, note = _served_file(settings, video)
+    url = None if key is None else "/files/" + quote(key)
     return VideoView(video, video.attempts[-1] if video.attempts else None, url, note)
 
 
@@ -368,9 +360,10 @@ def frames(request: Request) -> Response:
         video = _get(session, Video, video_id)
         if video is None:
             raise HTTPException(404, f"there is no video {video_id}")
-        path, note = _served_file(settings, video)
+        key, note = _served_file(settings, video)
+    path = None if key is None else storage(settings).local_file(key)
     if path is None:
-        raise HTTPException(404, f"video {video_id} has no frames to show: {note}")
+        raise HTTPException(404, f"video {video_id} has no frames to show: {note or 'its file is missing'}")
     try:
         return Response(strip_jpeg(path), media_type="image/jpeg")
     except VideoUnreadable as exc:
@@ -378,12 +371,13 @@ def frames(request: Request) -> Response:
 
 
 def video_file(request: Request) -> Response:
-    """A file of the output folder, with range requests (seeking); nothing outside it, links included."""
+    """A stored video (a copy from the bucket, where videos are in one), with range requests (seeking);
+    nothing outside the storage, links included."""
     settings, raw = _settings(request), request.path_params["path"]
     if len(raw) > MAX_PATH_CHARS or any(len(part) > 255 for part in raw.split("/")):
         raise HTTPException(404, "no such file in the output folder (the path is too long)")
-    path = _inside_output(settings, str(settings.videos_dir / raw))
-    if path is None or not path.is_file():
+    path = storage(settings).local_file(raw)
+    if path is None:
         raise HTTPException(404, f"no file {raw!r} in the output folder")
     return FileResponse(path)
 

@@ -5,7 +5,9 @@ work: a fresh token, a start time and a heartbeat that a thread of the running p
 delivery of the same step (redelivery while a render is slow, `mas resume` or `mas recover` on a running
 batch, a second gpu worker) finds the live lease and leaves the work alone. A lease whose heartbeat stopped
 (its worker was killed, the machine went away) is dead: the next delivery takes it over, and it is what
-"lost" means to reconcile. Each take-over counts a claim; a step claimed more often than
+"lost" means to reconcile. A lease names its holder (`nodename/pid`): a worker started again under the same
+name takes over at once the leases of its predecessor's processes, which are gone (`take_over_predecessors`),
+and `mas recover` those of workers that no longer answer (`expire_unanswered`). Each take-over counts a claim; a step claimed more often than
 `MAS_MAX_DELIVERIES` keeps killing its worker and is given up (a step's deliveries are counted here only).
 
 Postgres holds the leases, so they survive a broker that lost its data and are shared by every worker.
@@ -67,8 +69,9 @@ _CLAIM = sa.text("""
 """)
 
 
-def claim(settings: Settings, *, video_id: int, attempt: int, step: str) -> Lease | None:
-    """The lease of this step, or None when another delivery holds a live one (leave the work to it)."""
+def claim(settings: Settings, *, video_id: int, attempt: int, step: str, worker: str) -> Lease | None:
+    """The lease of this step, or None when another delivery holds a live one (leave the work to it).
+    `worker` is the Celery node name of the claiming worker (`holder` adds this process's id)."""
     token = uuid.uuid4().hex
     with ready_engine(settings).begin() as conn:
         claims = conn.execute(
@@ -78,7 +81,7 @@ def claim(settings: Settings, *, video_id: int, attempt: int, step: str) -> Leas
                 attempt=attempt,
                 step=step,
                 token=token,
-                worker=_worker(),
+                worker=holder(worker),
                 expiry=settings.lease_expiry_seconds,
             ),
         ).scalar_one_or_none()
@@ -142,11 +145,72 @@ def _videos(settings: Settings, condition: str) -> set[int]:
         )
 
 
+def take_over_predecessors(settings: Settings, nodename: str) -> set[int]:
+    """At a worker's start: end the live leases its own name holds from processes that are gone (the same
+    worker killed and started again), so their steps are re-sent now rather than when their heartbeat
+    expires. Returns their videos. A node name is one worker on one machine, so its holders' process ids
+    are this machine's."""
+    with ready_engine(settings).begin() as conn:
+        rows = conn.execute(
+            sa.text(
+                "select video_id, attempt, step, worker from step_leases "
+                "where token is not null and split_part(worker, '/', 1) = :node"
+            ),
+            dict(node=nodename),
+        ).all()
+        gone = [row for row in rows if not _process_alive(row.worker)]
+        for row in gone:
+            _expire(conn, settings, video_id=row.video_id, attempt=row.attempt, step=row.step)
+    return {row.video_id for row in gone}
+
+
+def expire_unanswered(settings: Settings, answering: set[str]) -> set[int]:
+    """End the live leases whose worker did not answer (`answering`: the node names that did) and whose
+    heartbeat has missed a beat: that worker is gone or cut off. For `mas recover`: a person asks for the
+    work to be taken over now; a worker that is alive and answering keeps its leases."""
+    with ready_engine(settings).begin() as conn:
+        rows = conn.execute(
+            sa.text(
+                "select video_id, attempt, step, worker from step_leases where token is not null "
+                "and heartbeat_at < now() - make_interval(secs => :missed)"
+            ),
+            dict(missed=1.5 * settings.lease_heartbeat_seconds),
+        ).all()
+        gone = [row for row in rows if row.worker.split("/", 1)[0] not in answering]
+        for row in gone:
+            _expire(conn, settings, video_id=row.video_id, attempt=row.attempt, step=row.step)
+    return {row.video_id for row in gone}
+
+
+def _expire(conn: sa.Connection, settings: Settings, *, video_id: int, attempt: int, step: str) -> None:
+    """Date the heartbeat back past the expiry: the lease is dead, as if its holder had stopped beating."""
+    conn.execute(
+        sa.text(
+            "update step_leases set heartbeat_at = now() - make_interval(secs => :expiry + 1) "
+            "where video_id = :v and attempt = :a and step = :s and token is not null"
+        ),
+        dict(v=video_id, a=attempt, s=step, expiry=settings.lease_expiry_seconds),
+    )
+
+
+def _process_alive(worker: str) -> bool:
+    _, _, pid = worker.rpartition("/")
+    if not pid.isdigit():
+        return True  # not a holder this module wrote: leave it to the expiry
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextmanager
-def held(settings: Settings, *, video_id: int, attempt: int, step: str) -> Iterator[Lease | None]:
+def held(settings: Settings, *, video_id: int, attempt: int, step: str, worker: str) -> Iterator[Lease | None]:
     """Claim the step for the block and keep its heartbeat going; yields None when another delivery runs
     it."""
-    lease = claim(settings, video_id=video_id, attempt=attempt, step=step)
+    lease = claim(settings, video_id=video_id, attempt=attempt, step=step, worker=worker)
     if lease is None:
         yield None
         return
@@ -169,12 +233,14 @@ def check_claims(settings: Settings, lease: Lease) -> None:
 
 
 @contextmanager
-def hold_step(settings: Settings, *, video_id: int, attempt: int, step: str, retrying: bool = False) -> Iterator[Lease]:
+def hold_step(
+    settings: Settings, *, video_id: int, attempt: int, step: str, worker: str, retrying: bool = False
+) -> Iterator[Lease]:
     """For a task body: hold the step's lease, or end the task quietly (Celery's `Ignore`: no error, no next
     step) when another delivery is running the same step. A retry (`retrying`) that finds the lease held may
     be finding its own earlier try's, which could not release it (the database was away): it raises
     `LeaseHeld`, to be tried again once that lease has expired."""
-    with held(settings, video_id=video_id, attempt=attempt, step=step) as lease:
+    with held(settings, video_id=video_id, attempt=attempt, step=step, worker=worker) as lease:
         if lease is None:
             if retrying:
                 raise LeaseHeld(f"{step} of video {video_id} attempt {attempt} is held; trying again once it expires")
@@ -207,5 +273,7 @@ def _heartbeat(settings: Settings, lease: Lease) -> Iterator[None]:
         thread.join(timeout=5)
 
 
-def _worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+def holder(nodename: str | None) -> str:
+    """What a lease records of its holder: the worker's node name (this host's name outside a worker) and
+    this process's id."""
+    return f"{nodename or socket.gethostname()}/{os.getpid()}"

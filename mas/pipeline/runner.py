@@ -128,7 +128,12 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody) -> d
     settings: Settings = task.app.settings
     retrying = bool(task.request.retries)
     with leases.hold_step(
-        settings, video_id=payload.video_id, attempt=payload.attempt, step=step.name, retrying=retrying
+        settings,
+        video_id=payload.video_id,
+        attempt=payload.attempt,
+        step=step.name,
+        worker=task.request.hostname,
+        retrying=retrying,
     ) as lease:
         with session_scope(settings) as session:
             video = _locked(session, payload.video_id)

@@ -199,10 +199,26 @@ class Studio(Celery):
         self.conf.update(celery_config(settings))
 
 
+PUBLISH_RETRY_POLICY = {"max_retries": 40, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2}
+"""A message that cannot be published (Redis restarting, a network cut healing) is tried again on a fresh
+connection for about a minute before the error is raised: a chain's next step, a retry, a progress update."""
+
+HEALTH_CHECK_SECONDS = 10
+"""A Redis connection idle this long is checked with a PING before it is used, so one left stale by a
+restart or a network cut is replaced instead of failing a command with a broken pipe. TCP connections also
+keep alive and give up connecting after 5 s (a unix socket takes neither option)."""
+
+
+def _tcp(url: str) -> bool:
+    return not url.startswith(("redis+socket://", "socket://"))
+
+
 def celery_config(settings: Settings) -> dict:
     transport = {"visibility_timeout": settings.visibility_timeout_seconds}
     broker_transport = {
         **transport,
+        "health_check_interval": HEALTH_CHECK_SECONDS,
+        **({"socket_keepalive": True, "socket_connect_timeout": 5} if _tcp(settings.effective_broker_url) else {}),
         # The gpu worker stays with renders or gradings while that queue has work, so the video and
         # quality models do not alternate video by video (see mas.runtime.queue_order).
         "queue_order_strategy": partial(
@@ -219,6 +235,18 @@ def celery_config(settings: Settings) -> dict:
         broker_transport_options=broker_transport,
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,  # a worker waits for its broker however long it is away
+        task_publish_retry_policy=PUBLISH_RETRY_POLICY,
+        redis_backend_health_check_interval=HEALTH_CHECK_SECONDS,
+        redis_retry_on_timeout=True,
+        **(
+            {"redis_socket_connect_timeout": 5, "redis_socket_keepalive": True}
+            if _tcp(settings.effective_result_backend)
+            else {}
+        ),
+        result_backend_always_retry=True,  # a result or state that cannot be stored is retried, not raised
+        result_backend_max_retries=40,
+        result_backend_max_sleep_between_retries_ms=2000,
         include=list(names.TASK_PACKAGES),
         task_queues=(
             Queue(CPU_QUEUE, Exchange(CPU_QUEUE, type="direct"), routing_key=CPU_QUEUE),

@@ -1,0 +1,50 @@
+"""A render's progress for people watching (Flower, `mas status`), published off the render's path.
+
+The render calls `publish` from its denoising loop or its websocket listener; a thread sends the latest
+value to the result backend. A backend that is away (Redis restarting) delays or skips updates, never the
+render: the GPU does not wait on the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from mas.pipeline.runner import StepRun
+
+log = logging.getLogger(__name__)
+
+
+class ProgressPublisher:
+    def __init__(self, run: StepRun) -> None:
+        self.run = run
+        self._latest: tuple[int, int] | None = None
+        self._changed = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._send_latest, name=f"progress-{run.video_id}", daemon=True)
+        self._thread.start()
+
+    def publish(self, done: int, total: int) -> None:
+        with self._changed:
+            self._latest = (done, total)
+            self._changed.notify()
+
+    def close(self) -> None:
+        """Stop publishing; an update still being sent is left to finish on its own."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+
+    def _send_latest(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._closed or self._latest is not None)
+                if self._closed:
+                    return
+                assert self._latest is not None
+                (done, total), self._latest = self._latest, None
+            meta = {**self.run.payload.to_json(), "step": self.run.step.name, "done": done, "total": total}
+            try:
+                self.run.task.update_state(state="PROGRESS", meta=meta)
+            except Exception as exc:  # the render goes on; the next update may get through
+                log.warning("progress of %s not published: %s", self.run.describe(), exc)
