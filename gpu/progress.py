@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 class ProgressPublisher:
     def __init__(self, run: StepRun) -> None:
         self.run = run
+        self.task_id = run.task.request.id  # the request is the running thread's: read it here, not in ours
         self._latest: tuple[int, int] | None = None
         self._changed = threading.Condition()
         self._closed = False
@@ -45,6 +46,6 @@ class ProgressPublisher:
                 (done, total), self._latest = self._latest, None
             meta = {**self.run.payload.to_json(), "step": self.run.step.name, "done": done, "total": total}
             try:
-                self.run.task.update_state(state="PROGRESS", meta=meta)
+                self.run.task.update_state(task_id=self.task_id, state="PROGRESS", meta=meta)
             except Exception as exc:  # the render goes on; the next update may get through
                 log.warning("progress of %s not published: %s", self.run.describe(), exc)

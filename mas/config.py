@@ -90,6 +90,13 @@ class Settings(BaseSettings):
         default=None,
         description="PostgreSQL (with pgvector) URL. Unset: an embedded PostgreSQL under DATA_DIR.",
     )
+    database_keepalive_seconds: int = Field(
+        default=10,
+        ge=1,
+        le=3600,
+        description="TCP keepalive of database connections: a client host that vanished is noticed within about "
+        "2.5 x this, and its locks released.",
+    )
     broker_url: str | None = Field(
         default=None, description="Redis broker URL. Unset: an embedded Redis on a unix socket."
     )
@@ -114,6 +121,12 @@ class Settings(BaseSettings):
     video_steps: int = Field(default=40, gt=0, le=1000, description="Denoising steps per render.")
     preview_render_seconds: float = Field(
         default=0.0, ge=0, le=86_400, description="Simulated duration of a preview render (demos, benchmarks, tests)."
+    )
+    offline_agent_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="Simulated thinking time of each offline Writer and Cameraman call (demos, benchmarks, tests).",
     )
     comfyui_url: str = Field(default="http://127.0.0.1:8188", description="ComfyUI server (comfyui backend).")
     comfyui_workflow: Path | None = Field(

@@ -35,19 +35,39 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
     return cfg
 
 
-@per_process(key=lambda url: url)
-def _engine(url: str) -> sa.Engine:
+def keepalive_options(seconds: int) -> dict:
+    """TCP keepalives on both ends of every connection, so a peer that vanished (a host cut off the network,
+    a machine gone) is noticed within about 2.5 x `seconds`: the server then ends that client's session and
+    releases its row and advisory locks, which a worker taking over its step would otherwise wait on for
+    hours (the kernel's default); and the client drops a connection to a server that went away."""
+    interval = max(1, seconds // 2)
+    return {
+        "keepalives": 1,
+        "keepalives_idle": seconds,
+        "keepalives_interval": interval,
+        "keepalives_count": 3,
+        "options": f"-c tcp_keepalives_idle={seconds} -c tcp_keepalives_interval={interval} -c tcp_keepalives_count=3",
+    }
+
+
+@per_process(key=lambda url, keepalive_s: (url, keepalive_s))
+def _engine(url: str, keepalive_s: int) -> sa.Engine:
     # LIFO: one process doing one thing at a time keeps reusing one warm connection (its prepared
     # statements and plans included) instead of rotating through the pool.
     return sa.create_engine(
-        url, pool_pre_ping=True, pool_size=5, max_overflow=5, pool_use_lifo=True, connect_args={"connect_timeout": 5}
+        url,
+        pool_pre_ping=True,
+        pool_size=5,
+        max_overflow=5,
+        pool_use_lifo=True,
+        connect_args={"connect_timeout": 5, **keepalive_options(keepalive_s)},
     )
 
 
 def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
     """The engine for this settings' database (embedded server started if `start`), one per process and
     address: the embedded server's address is asked each time, as a restart may move it."""
-    return _engine(services.database_url(settings, start=start))
+    return _engine(services.database_url(settings, start=start), settings.database_keepalive_seconds)
 
 
 def check_connection(eng: sa.Engine) -> None:

@@ -8,6 +8,8 @@ from celery import shared_task
 from mas import names
 from mas.memory import recall
 from mas.pipeline import production
+from mas.pipeline.outcomes import LOST_CONNECTION
+from mas.runtime.app import StudioTask
 from tasks import recovery
 
 
@@ -26,7 +28,14 @@ def maintain_buffers(self) -> list[dict]:
     return [asdict(action) for action in actions]
 
 
-@shared_task(name=names.RECONCILE, bind=True)
+# A stale broker connection (Redis restarted, a network cut healed) fails an inspection of the workers:
+# tried again on a fresh one, not reported as an error.
+AGAIN_ON_LOST_CONNECTION = dict(
+    autoretry_for=(*StudioTask.autoretry_for, *LOST_CONNECTION), retry_backoff=1, retry_backoff_max=5, max_retries=5
+)
+
+
+@shared_task(name=names.RECONCILE, bind=True, **AGAIN_ON_LOST_CONNECTION)
 def reconcile(self) -> dict:
     """Re-send work Postgres says is unfinished but no message carries; skip videos stuck for too long."""
     settings = self.app.settings
@@ -34,7 +43,7 @@ def reconcile(self) -> dict:
     return asdict(report)
 
 
-@shared_task(name=names.RECOVER, bind=True)
+@shared_task(name=names.RECOVER, bind=True, **AGAIN_ON_LOST_CONNECTION)
 def recover(self) -> dict:
     """`mas recover`: re-send every unfinished video and queued batch that nothing carries, at once."""
     return asdict(recovery.reconcile(self.app.settings, older_than=0, unanswered=True))

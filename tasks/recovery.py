@@ -51,7 +51,7 @@ class Live:
             self.videos.add(payload.video_id)
 
 
-def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
+def live_work(settings: Settings, *, inspect_timeout: float = 1.0) -> Live:
     """Videos and batches that a task on a worker (waiting there, or a plan running) or a queued message
     carries.
 
@@ -64,12 +64,10 @@ def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
     live = Live()
     app = app_for(settings)
     inspect = app.control.inspect(timeout=inspect_timeout)
-    listings = [(inspect.active() or {}, True), (inspect.reserved() or {}, False), (inspect.scheduled() or {}, False)]
-    for listing, running in listings:
+    for listing, running in ((inspect.active() or {}, True), (inspect.reserved() or {}, False)):
         live.workers.update(listing)
         for tasks in listing.values():
             for task in tasks:
-                task = task.get("request", task)  # a scheduled (eta) entry wraps its request
                 live.add(task.get("name", ""), task.get("args") or [], running=running)
     client = redis_client(settings)
     for queue in app.conf.task_queues:
@@ -80,16 +78,15 @@ def live_work(settings: Settings, *, inspect_timeout: float = 2.0) -> Live:
     return live
 
 
-Lost = tuple[list[tuple[int, Priority]], list[tuple[Step, StepPayload, Priority]]]
+Lost = tuple[list[tuple[int, Priority]], list[tuple[Step, StepPayload, Priority]], set[int]]
 
 
 def _lost(settings: Settings, lost_before: datetime, *, unanswered: bool = False) -> Lost:
     """Queued batches (id, priority) and unfinished videos of running batches (the step their state names,
-    its payload, priority) that nothing carries now. `unanswered`: first end the leases of workers that did
-    not answer (`mas recover`)."""
+    its payload, priority) that nothing carries now, and the videos whose steps were taken over. `unanswered`:
+    first end the leases of workers that did not answer (`mas recover`)."""
     live = live_work(settings)
-    if unanswered:
-        leases.expire_unanswered(settings, live.workers)
+    taken_over = leases.expire_unanswered(settings, live.workers) if unanswered else set()
     alive, dead, last_step = leases.running(settings), leases.dead(settings), leases.last_activity(settings)
     with session_scope(settings) as session:
         queued = session.scalars(
@@ -108,7 +105,7 @@ def _lost(settings: Settings, lost_before: datetime, *, unanswered: bool = False
             and (video.id in dead or max(video.updated_at, last_step.get(video.id, video.updated_at)) <= lost_before)
         ]
         replan = [(b.id, batch_priority(b)) for b in queued if b.id not in live.batches]
-    return replan, resend
+    return replan, resend, taken_over
 
 
 def _decode(raw: bytes | str) -> tuple[str, list]:
@@ -126,6 +123,8 @@ class Report:
     replanned: list[int]
     resent: list[int]  # lost work sent again
     released: list[int]  # waiting videos whose write became due
+    taken_over: list[int]  # videos whose running step's worker did not answer (`mas recover`)
+    running: list[str]  # steps left to the live workers running them, as "video 3: render on gpu@a"
 
 
 def reconcile(settings: Settings, *, older_than: float, unanswered: bool = False) -> Report:
@@ -140,9 +139,9 @@ def reconcile(settings: Settings, *, older_than: float, unanswered: bool = False
     heartbeat missed a beat is lost now, not when its lease expires.
     """
     lost_before = datetime.now(UTC) - timedelta(seconds=older_than)
-    replanned, resend = _lost(settings, lost_before, unanswered=unanswered)
+    replanned, resend, taken_over = _lost(settings, lost_before, unanswered=unanswered)
     if replanned or resend:  # work in transit between a worker and a queue looks lost for a moment: look again
-        again_batches, again_videos = _lost(settings, lost_before)
+        again_batches, again_videos, _ = _lost(settings, lost_before)
         replanned = [b for b in replanned if b in again_batches]
         resend = [r for r in resend if r in again_videos]
     for batch_id, priority in replanned:
@@ -159,4 +158,11 @@ def reconcile(settings: Settings, *, older_than: float, unanswered: bool = False
         log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned_ids, resent_ids)
     if released:
         log.info("reconcile: let waiting videos %s through", released_ids)
-    return Report(replanned=replanned_ids, resent=resent_ids, released=released_ids)
+    running = [f"video {h.video_id}: {h.step} on {h.worker}" for h in leases.holdings(settings) if h.beating]
+    return Report(
+        replanned=replanned_ids,
+        resent=resent_ids,
+        released=released_ids,
+        taken_over=sorted(taken_over),
+        running=running,
+    )

@@ -17,8 +17,8 @@ def backend(settings: Settings) -> Agents:
 
         return Agents(
             director=OfflineDirector(),
-            writer=OfflineWriter(),
-            cameraman=OfflineCameraman(),
+            writer=OfflineWriter(seconds=settings.offline_agent_seconds),
+            cameraman=OfflineCameraman(seconds=settings.offline_agent_seconds),
             consolidator=OfflineConsolidator(),
         )
     if settings.agent_backend == "letta":

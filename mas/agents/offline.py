@@ -8,6 +8,7 @@ outputs. The Letta backend replaces it behind the same interfaces.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -146,7 +147,11 @@ class OfflineDirector:
 class OfflineWriter:
     """Builds a prompt from the concept and memory; strips what the user dislikes."""
 
+    def __init__(self, *, seconds: float = 0.0) -> None:
+        self.seconds = seconds  # simulated thinking time (MAS_OFFLINE_AGENT_SECONDS)
+
     def write(self, brief: WriterBrief) -> Draft:
+        time.sleep(self.seconds)
         style, series = brief.user_style, brief.series
         parts = [brief.concept]
         if brief.approach:
@@ -180,6 +185,9 @@ class OfflineCameraman:
 
     weak_below = 0.7
 
+    def __init__(self, *, seconds: float = 0.0) -> None:
+        self.seconds = seconds  # simulated thinking time (MAS_OFFLINE_AGENT_SECONDS)
+
     def review(
         self,
         *,
@@ -190,6 +198,7 @@ class OfflineCameraman:
         max_retries: int,
         video_id: int | None = None,
     ) -> Verdict:
+        time.sleep(self.seconds)
         if grade_at_least(grade, min_grade):
             return Verdict(action="accept", failure_reasons=[])
         reasons = self.weak_axes(scores)

@@ -124,8 +124,9 @@ def worker(
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.pass_obj
 def beat(settings: Settings, loglevel: str) -> None:
-    """Start Celery beat with the schedule of beat_schedule.py."""
+    """Start Celery beat with the schedule of beat_schedule.py (its state file in the data folder)."""
     ready(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
     _exec(processes.beat_argv(settings, loglevel=loglevel))
 
 

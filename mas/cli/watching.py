@@ -36,7 +36,7 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
         follow_batch(settings, batch)
     else:
         shown = _batch(settings, batch)
-        console.print(_batch_view(shown))
+        console.print(_batch_view(shown, queries.waiting_on_recovery(settings)))
         print_files(settings, shown.videos)
         usage = queries.agent_usage(settings, shown.id)
         if usage.calls:
@@ -68,11 +68,17 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
     from mas.pipeline import queries
 
     batch = _batch(settings, batch_id)
+    told: dict[int, str] = {}
     with Live(_batch_view(batch), console=console, refresh_per_second=4) as live:
         while batch.status not in FINISHED:
             time.sleep(poll_s)
-            batch = queries.batch_overview(settings, batch.id)
-            live.update(_batch_view(batch))
+            batch = _batch(settings, batch.id)
+            recovering = queries.waiting_on_recovery(settings)
+            live.update(_batch_view(batch, recovering))
+            for video in batch.videos:  # said once each, as lines: a log or a pipe shows no live table
+                if recovering.get(video.id, told.get(video.id)) != told.get(video.id):
+                    live.console.print(f"video {video.id}: {recovering[video.id]}", markup=False)
+                    told[video.id] = recovering[video.id]
     if not console.is_terminal:  # Live ends its last line only on a terminal
         console.line()
     print_files(settings, batch.videos)
@@ -97,8 +103,10 @@ def _batch(settings: Settings, batch_id: int | None):
     return batch
 
 
-def _batch_view(batch) -> Group:
-    """Header, progress bar and the videos (their files are printed whole after the table)."""
+def _batch_view(batch, recovering: dict[int, str] | None = None) -> Group:
+    """Header, progress bar and the videos (their files are printed whole after the table); a video whose
+    step's worker stopped answering says so (`recovering`)."""
+    recovering = recovering or {}
     done = sum(v.state in TERMINAL for v in batch.videos)
     header = Text(visible(f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}"))
     if batch.failure_reason:
@@ -107,7 +115,8 @@ def _batch_view(batch) -> Group:
     bar.add_row(ProgressBar(total=max(batch.total, 1), completed=done, width=60))
     table = Table("video", "state", "attempts", "grade", "concept")
     for v in batch.videos:
-        table.add_row(str(v.id), v.state.value, str(v.attempt_count), v.grade or "", v.concept)
+        state = f"{v.state.value} ({recovering[v.id]})" if v.id in recovering else v.state.value
+        table.add_row(str(v.id), state, str(v.attempt_count), v.grade or "", v.concept)
     return Group(header, bar, table)
 
 

@@ -197,10 +197,17 @@ def recover(settings: Settings) -> None:
 
     ready(settings)
     report = remote.request_recover(settings)
+    if report["taken_over"]:
+        console.print(
+            f"took over the steps of video(s) {', '.join(map(str, report['taken_over']))}: their worker does "
+            "not answer (killed, or cut off)"
+        )
     console.print(
         f"re-planned {len(report['replanned'])} batch(es), re-sent {len(report['resent'])} video(s), let "
-        f"{len(report.get('released', []))} waiting video(s) through; anything still queued or running was left alone"
+        f"{len(report['released'])} waiting video(s) through; anything still queued was left alone"
     )
+    for line in report["running"]:
+        console.print(f"still running on a live worker, left alone: {line}", markup=False)
 
 
 COMMANDS = [enqueue, series, ab, pick, style, resume, schedule_group, recover]

@@ -127,6 +127,33 @@ def dead(settings: Settings) -> set[int]:
     return _videos(settings, "heartbeat_at < now() - make_interval(secs => :expiry)")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Holding:
+    """A step that a delivery holds now."""
+
+    video_id: int
+    step: str
+    worker: str
+    """The holding worker's node name."""
+    beating: bool
+    """Its heartbeat is on time (False: it missed beats; once past the expiry the step is re-sent)."""
+
+
+def holdings(settings: Settings) -> list[Holding]:
+    """Every held step, on time or not: for `mas status` (a video waiting on recovery) and `mas recover`."""
+    with ready_engine(settings).begin() as conn:
+        rows = conn.execute(
+            sa.text(
+                "select video_id, step, worker, heartbeat_at >= now() - make_interval(secs => :late) as beating "
+                "from step_leases where token is not null order by video_id"
+            ),
+            dict(late=2 * settings.lease_heartbeat_seconds),
+        ).all()
+    return [
+        Holding(video_id=r.video_id, step=r.step, worker=r.worker.split("/", 1)[0], beating=r.beating) for r in rows
+    ]
+
+
 def last_activity(settings: Settings) -> dict:
     """Per video, when a step of it last showed life (claimed, renewed or released its lease)."""
     with ready_engine(settings).begin() as conn:

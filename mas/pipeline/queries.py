@@ -19,6 +19,7 @@ from mas.db import session_scope
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, AgentCall, Batch, Schedule, Video
+from mas.pipeline import leases
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 
@@ -29,6 +30,16 @@ def batch_overview(settings: Settings, batch_id: int | None = None) -> Batch | N
         stmt = sa.select(Batch).options(selectinload(Batch.videos))
         stmt = stmt.where(Batch.id == batch_id) if batch_id else stmt.order_by(Batch.id.desc()).limit(1)
         return session.scalars(stmt).first()
+
+
+def waiting_on_recovery(settings: Settings) -> dict[int, str]:
+    """Videos whose running step's worker stopped beating (killed, cut off): what they wait for, in words.
+    Reconcile re-sends such a step once its lease expires (`mas recover`: at once)."""
+    return {
+        h.video_id: f"{h.step} on {h.worker} stopped answering; waiting on recovery"
+        for h in leases.holdings(settings)
+        if not h.beating
+    }
 
 
 def recent_videos(settings: Settings, *, batch: int | None = None, limit: int = 50) -> list[Video]:
