@@ -33,7 +33,8 @@ def schedule(settings: Settings) -> dict:
         # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);
         # with too few new pairs it says so and trains nothing.
         "nightly-dpo-retraining": {"task": names.TUNE, "schedule": crontab(hour=3, minute=15)},
-        # Partial renders of killed workers are removed; task results expire by themselves (result_expires).
+        # Partial renders of killed workers are removed on the gpu host, where they are (a gpu worker also
+        # clears its host's as it starts); task results expire by themselves (result_expires).
         "cleanup-partial-files": {"task": names.CLEANUP, "schedule": crontab(minute=30)},
     }
     return {name: {**job, "options": {"priority": NEW, **job.get("options", {})}} for name, job in jobs.items()}

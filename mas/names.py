@@ -55,6 +55,7 @@ TASK_PACKAGES = (
     "tasks.warmup",
     "tasks.takeover",
     "gpu.health",
+    "gpu.maintenance",
     "gpu.tasks",
 )
 """Modules the Celery app imports to register tasks (by name: `mas` never imports them itself)."""
@@ -78,7 +79,7 @@ MAINTAIN_BUFFERS = "tasks.maintenance.maintain_buffers"
 RECONCILE = "tasks.maintenance.reconcile"
 RECOVER = "tasks.maintenance.recover"
 RUN_SCHEDULES = "tasks.maintenance.run_schedules"
-CLEANUP = "tasks.maintenance.cleanup"
+CLEANUP = "gpu.maintenance.remove_partials"
 
 # --- Redis keys -----------------------------------------------------------------------------------------
 

@@ -26,6 +26,22 @@ class StorageUnavailable(PeerUnavailable):
     """The bucket could not be reached or answered an error that may pass (5xx, a timeout)."""
 
 
+class StorageRefused(InvalidSettings):
+    """The bucket refused the studio (wrong keys, no such bucket, no permission): settings to fix."""
+
+
+REFUSALS = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "403"}
+
+
+def _failed(action: str, exc: BaseException) -> StorageUnavailable | StorageRefused:
+    cause: BaseException | None = exc  # boto3's upload error keeps the server's answer in its context
+    while cause is not None and not hasattr(cause, "response"):
+        cause = cause.__cause__ or cause.__context__
+    code = getattr(cause, "response", {}).get("Error", {}).get("Code", "")
+    kind = StorageRefused if code in REFUSALS else StorageUnavailable
+    return kind(f"cannot {action}: {exc}")
+
+
 class Storage(Protocol):
     def staging(self, key: str) -> Path:
         """Where the gpu worker writes the file before `put` (a local path; its folder exists)."""
@@ -41,6 +57,10 @@ class Storage(Protocol):
 
     def where(self) -> str:
         """For people: where videos are stored."""
+
+    @property
+    def staging_root(self) -> Path:
+        """The local folder under which `staging` paths (and a render's partial files) lie."""
 
 
 def _safe_key(key: str) -> bool:
@@ -82,6 +102,10 @@ class FolderStorage:
     def where(self) -> str:
         return f"under {self.root}"
 
+    @property
+    def staging_root(self) -> Path:
+        return self.root
+
 
 class S3Storage:
     """Videos as objects of an S3-compatible bucket; reads are cached under this host's data folder."""
@@ -98,12 +122,13 @@ class S3Storage:
         return path
 
     def put(self, local: Path, key: str) -> str:
+        from boto3.exceptions import S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self.client.upload_file(str(local), self.bucket, self._object(key), ExtraArgs={"ContentType": "video/mp4"})
-        except (BotoCoreError, ClientError) as exc:
-            raise StorageUnavailable(f"cannot store {key} in s3://{self.bucket}: {exc}") from exc
+        except (BotoCoreError, ClientError, S3UploadFailedError) as exc:
+            raise _failed(f"store {key} in s3://{self.bucket}", exc) from exc
         cached = self.staging(key)
         if local != cached:
             os.replace(local, cached)
@@ -131,15 +156,19 @@ class S3Storage:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return None
-            raise StorageUnavailable(f"cannot read {key} from s3://{self.bucket}: {exc}") from exc
+            raise _failed(f"read {key} from s3://{self.bucket}", exc) from exc
         except BotoCoreError as exc:
-            raise StorageUnavailable(f"cannot read {key} from s3://{self.bucket}: {exc}") from exc
+            raise _failed(f"read {key} from s3://{self.bucket}", exc) from exc
         finally:
             Path(partial).unlink(missing_ok=True)
         return cached
 
     def where(self) -> str:
         return f"in s3://{self.bucket}/{self.prefix}"
+
+    @property
+    def staging_root(self) -> Path:
+        return self.cache
 
 
 def video_key(*, batch_id: int, video_id: int, attempt: int) -> str:

@@ -1,6 +1,5 @@
 """Periodic upkeep on the cpu queue (scheduled by beat_schedule.py)."""
 
-import time
 from dataclasses import asdict
 
 from celery import shared_task
@@ -53,16 +52,3 @@ def recover(self) -> dict:
 def run_schedules(self) -> list[int]:
     """Enqueue the overnight batches whose time has come (each exactly once)."""
     return production.run_due_schedules(self.app.settings)
-
-
-@shared_task(name=names.CLEANUP, bind=True)
-def cleanup(self) -> int:
-    """Delete partial renders left behind by killed workers (older than the longest render)."""
-    settings = self.app.settings
-    cutoff = time.time() - settings.max_render_seconds
-    removed = 0
-    for path in settings.videos_dir.glob("batch-*/*.partial.*"):
-        if path.stat().st_mtime < cutoff:
-            path.unlink(missing_ok=True)
-            removed += 1
-    return removed

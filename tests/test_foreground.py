@@ -1,5 +1,5 @@
-"""`mas run`: the whole studio in one terminal, as a newcomer starts it; Ctrl-C stops it all, and a child
-that dies stops the rest.
+"""`mas run`: the whole studio in one terminal, as a newcomer starts it; Ctrl-C stops it all, a child that
+dies is started again, and one that keeps dying stops the rest.
 
 Each test runs the real command in a subprocess against embedded services in a data folder of its own, and
 sends signals as a terminal would (to the command's process group; the children have groups of their own).
@@ -122,10 +122,29 @@ def test_mas_run_makes_a_batch_and_ctrl_c_stops_every_child(studio, running):
     assert "Warm shutdown" in running.output
 
 
-def test_a_child_that_dies_stops_the_others_and_fails_the_run(running):
-    gpu_pid = int(running.wait_for("mas  | started gpu (pid").split("pid ")[1].rstrip(")"))
+def test_a_child_that_dies_is_started_again_and_one_that_keeps_dying_stops_the_run(running):
+    """A worker killed (as an out-of-memory kill would) is started again and says so; one killed more than
+    RESTARTS times within a minute stops the others and fails the run."""
+    from mas.runtime.foreground import RESTARTS
+
+    def gpu_pid(nth: int) -> int:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            started = [line for line in running.lines if "mas  | started gpu (pid" in line]
+            if len(started) >= nth:
+                return int(started[nth - 1].split("pid ")[1].rstrip(")"))
+            time.sleep(0.1)
+        raise TimeoutError(f"gpu not started {nth} times:\n" + "\n".join(running.lines[-30:]))
+
+    first = gpu_pid(1)
+    os.kill(first, signal.SIGKILL)
+    assert "gpu was killed by SIGKILL; starting it again (1 of at most" in running.wait_for("starting it again")
+    second = gpu_pid(2)
+    assert running.proc.poll() is None  # the run goes on
     children = running.children()
-    os.kill(gpu_pid, signal.SIGKILL)  # as an out-of-memory kill would
-    assert running.wait(timeout=90) == 1
-    assert alive(children) == []  # the others stopped, the dead worker's pool process too
-    assert "gpu was killed by SIGKILL; stopped cpu, beat" in running.lines[-1]
+    os.kill(second, signal.SIGKILL)
+    for nth in range(3, RESTARTS + 2):  # RESTARTS + 1 deaths in all, well within a minute
+        os.kill(gpu_pid(nth), signal.SIGKILL)
+    assert running.wait(timeout=120) == 1
+    assert alive(children) == []  # the others stopped, the dead worker's pool processes too
+    assert f"gpu was killed by SIGKILL, {RESTARTS + 1} times within 60 s; stopped cpu, beat" in running.lines[-1]

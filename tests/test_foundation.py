@@ -271,6 +271,12 @@ def test_a_restarted_worker_and_recover_take_over_the_leases_of_holders_that_are
                   {"s": 2 * clean.lease_heartbeat_seconds})
     assert leases.expire_unanswered(clean, answering={"gpu@a", "cpu@c"}) == {vids[2]}  # gpu@b is gone or cut off
     assert leases.running(clean) == {vids[1], vids[3]}
+    # what `mas status` and `mas enqueue --wait` show meanwhile: the steps whose worker stopped beating
+    from mas.pipeline import queries
+
+    waiting = queries.waiting_on_recovery(clean)
+    assert set(waiting) == set(vids)  # every heartbeat here is late (the dead ones and the aged live ones)
+    assert waiting[vids[2]] == "render on gpu@b stopped answering; waiting on recovery"
 
 
 def test_an_agent_step_waits_out_a_server_that_is_away(settings):

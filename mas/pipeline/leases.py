@@ -34,6 +34,10 @@ from mas.errors import PermanentError, RetryableError
 log = logging.getLogger(__name__)
 
 
+KEY_CHARS = 12
+"""Length of `Lease.key` (hex digits of the claim's token)."""
+
+
 class LeaseHeld(RetryableError):
     """A retried step found its lease held, maybe by its own earlier try that could not release it."""
 
@@ -53,7 +57,7 @@ class Lease:
     @property
     def key(self) -> str:
         """Unique per claim: temporary files of this run carry it, so two runs never share one."""
-        return self.token[:12]
+        return self.token[:KEY_CHARS]
 
 
 _CLAIM = sa.text("""
@@ -152,6 +156,19 @@ def holdings(settings: Settings) -> list[Holding]:
     return [
         Holding(video_id=r.video_id, step=r.step, worker=r.worker.split("/", 1)[0], beating=r.beating) for r in rows
     ]
+
+
+def live_keys(settings: Settings) -> set[str]:
+    """The `Lease.key` of every live lease: a temporary file carrying another key belongs to no running step."""
+    with ready_engine(settings).begin() as conn:
+        tokens = conn.execute(
+            sa.text(
+                "select token from step_leases where token is not null "
+                "and heartbeat_at >= now() - make_interval(secs => :expiry)"
+            ),
+            dict(expiry=settings.lease_expiry_seconds),
+        ).scalars()
+        return {token[:KEY_CHARS] for token in tokens}
 
 
 def last_activity(settings: Settings) -> dict:

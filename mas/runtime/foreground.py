@@ -3,7 +3,9 @@
 Every line a child prints comes out here with its label (`cpu  | ...`), so the three logs interleave
 readably. Ctrl-C or SIGTERM stops them all in order: a warm shutdown first (a worker finishes its running
 task and hands reserved ones back), a cold shutdown after a bounded wait, then SIGKILL of whatever is left.
-If a child exits on its own, the others are stopped the same way and the run fails naming it.
+A child that exits on its own (killed for memory, a watchdog ending a stuck gpu worker) is started again
+and the run says so; one that dies more than `RESTARTS` times within `RESTART_WINDOW_S` cannot start at
+all, so the others are stopped the same way and the run fails naming it.
 
 Each child runs in a process group of its own: the terminal's Ctrl-C reaches only the supervisor, which
 then stops the children in order rather than all at once, and the last resort kills a worker together
@@ -31,6 +33,10 @@ COLD_WAIT_S = 10.0
 """How long a cold shutdown may take before SIGKILL."""
 
 POLL_S = 0.2
+
+RESTARTS = 3
+RESTART_WINDOW_S = 60.0
+"""A child is started again after it dies, up to RESTARTS times within RESTART_WINDOW_S seconds."""
 
 
 class ChildDied(PermanentError):
@@ -66,7 +72,8 @@ def studio_children(settings: Settings, *, concurrency: int | None = None, logle
 
 
 class Supervisor:
-    """Runs children in the foreground until a signal arrives or one of them exits, then stops them all."""
+    """Runs children in the foreground until a signal arrives, starting again one that dies, then stops them
+    all."""
 
     def __init__(
         self, children: Sequence[Child], *, grace_s: float = 30.0, ready_message: str = "", out: TextIO | None = None
@@ -82,11 +89,12 @@ class Supervisor:
         self._relays: list[threading.Thread] = []
         self._ready: set[str] = set()
         self._ready_lock = threading.Lock()
+        self._deaths: dict[str, list[float]] = {}
 
     def run(self) -> None:
         """Start every child and supervise them; return after a requested stop.
 
-        Raises ChildDied (after stopping the others) when a child exited on its own.
+        Raises ChildDied (after stopping the others) when a child kept dying.
         """
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -100,8 +108,8 @@ class Supervisor:
         if died is not None:
             others = [c.label for c in self.children if c.label != died]
             raise ChildDied(
-                f"{died} {_exit_reason(self._procs[died].returncode)}; stopped {', '.join(others)} "
-                f"(its last lines are above)"
+                f"{died} {_exit_reason(self._procs[died].returncode)}, {len(self._deaths[died])} times within "
+                f"{RESTART_WINDOW_S:g} s; stopped {', '.join(others)} (its last lines are above)"
             )
 
     # --- starting and watching ------------------------------------------------------------------------
@@ -143,11 +151,24 @@ class Supervisor:
             return len(self._ready) == len(self.children)
 
     def _wait_for_stop(self) -> str | None:
-        """Block until a signal (None) or until a child exits (its label)."""
+        """Block until a signal (None) or until a child keeps dying (its label); start again one that died."""
         while not self._signals:
-            for label, proc in self._procs.items():
-                if proc.poll() is not None:
-                    return label
+            for child in self.children:
+                proc = self._procs[child.label]
+                if proc.poll() is None:
+                    continue
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # what is left of it: a worker's pool processes
+                now = time.monotonic()
+                deaths = [t for t in self._deaths.get(child.label, []) if now - t < RESTART_WINDOW_S] + [now]
+                self._deaths[child.label] = deaths
+                if len(deaths) > RESTARTS:
+                    return child.label
+                self.say(
+                    f"{child.label} {_exit_reason(proc.returncode)}; starting it again ({len(deaths)} of at most "
+                    f"{RESTARTS} restarts within {RESTART_WINDOW_S:g} s)"
+                )
+                self._start(child)
             time.sleep(POLL_S)
         return None
 
