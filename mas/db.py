@@ -41,12 +41,17 @@ def keepalive_options(seconds: int) -> dict:
     releases its row and advisory locks, which a worker taking over its step would otherwise wait on for
     hours (the kernel's default); and the client drops a connection to a server that went away."""
     interval = max(1, seconds // 2)
+    # keepalives cover an idle connection; tcp_user_timeout one whose sent data goes unacknowledged (the
+    # peer vanished just as an answer left), where keepalives do not start
+    user_timeout_ms = 1000 * (seconds + 3 * interval)
     return {
         "keepalives": 1,
         "keepalives_idle": seconds,
         "keepalives_interval": interval,
         "keepalives_count": 3,
-        "options": f"-c tcp_keepalives_idle={seconds} -c tcp_keepalives_interval={interval} -c tcp_keepalives_count=3",
+        "tcp_user_timeout": user_timeout_ms,
+        "options": f"-c tcp_keepalives_idle={seconds} -c tcp_keepalives_interval={interval} "
+        f"-c tcp_keepalives_count=3 -c tcp_user_timeout={user_timeout_ms}",
     }
 
 

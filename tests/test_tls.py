@@ -1,0 +1,90 @@
+"""Redis over TLS: Debian's redis-server on a TLS port with a certificate of a CA made here, the studio given
+a `rediss://` URL that names the CA. The broker, the result backend, the studio's own clients and
+`mas up` all verify the server; a URL without the CA is refused by the server's certificate check."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.hosts import free_port, redis_server_available, wait_for
+from tests.studio import ROOT, IsolatedStudio
+
+
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl)."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=studio test CA",
+            "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key",
+            "-out", "server.csr")  # fmt: skip
+    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", "2", "-extfile", "ext.cnf", "-out", "server.pem")  # fmt: skip
+    return folder / "ca.pem", folder / "server.pem", folder / "server.key"
+
+
+@pytest.fixture
+def tls_redis(tmp_path):
+    if reason := redis_server_available():
+        pytest.skip(reason)
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make certificates")
+    ca, cert, key = _certificates(tmp_path)
+    port, password = free_port("127.0.0.1"), secrets.token_hex(12)
+    proc = subprocess.Popen(
+        ["/usr/bin/redis-server", "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert),
+         "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no", "--requirepass",
+         password, "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--dir", str(tmp_path)],
+        stdout=(tmp_path / "redis.log").open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, password=password, ssl=True, ssl_ca_certs=str(ca))
+    wait_for(lambda: _answers(client), timeout=30, what="redis-server on its TLS port")
+    yield f"rediss://:{password}@127.0.0.1:{port}/0", ca
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def _answers(client) -> bool:
+    import redis
+
+    try:
+        return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError):
+        return False
+
+
+def test_a_batch_runs_with_its_broker_over_tls_and_an_unverified_server_is_refused(tls_redis):
+    url, ca = tls_redis
+    verified = f"{url}?ssl_cert_reqs=required&ssl_ca_certs={ca}"
+    with tempfile.TemporaryDirectory() as tmp, IsolatedStudio(Path(tmp), MAS_BROKER_URL=verified) as studio:
+        up = studio.mas("up")
+        assert up.returncode == 0, up.stderr
+        studio.worker("cpu")
+        studio.worker("gpu")
+        done = studio.mas("enqueue", "--wait", "Create 2 videos of tide pools")
+        assert done.returncode == 0, done.stdout + done.stderr
+        batch_id = int(done.stdout.split()[1].rstrip(":"))
+        assert len(studio.videos(batch_id)) == 2
+        status = studio.mas("status")
+        assert status.returncode == 0 and "gpu queue:" in status.stdout, status.stderr
+        assert url.split(":")[2].split("@")[0] not in up.stdout + done.stdout + status.stdout  # no password shown
+
+        unverified = {**studio.env, "MAS_BROKER_URL": f"{url}?ssl_cert_reqs=required"}  # the system CAs only
+        refused = subprocess.run(
+            [sys.executable, "-m", "mas.cli", "up"], env=unverified, cwd=ROOT, capture_output=True, text=True,
+            timeout=120,
+        )
+        assert refused.returncode != 0
+        assert "certificate verify failed" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
