@@ -198,6 +198,7 @@ class Render:
             progress.close()
             scratch.unlink(missing_ok=True)
         seconds = backend.last_run_seconds or time.monotonic() - started  # a queued render: its server's record
+        log.info("%s rendered in %.1f s", what, seconds)
         return Rendered(location=store.put(target, job.key), seconds=seconds)
 
     def record(self, run: StepRun, session: Session, video: Video, rendered: Rendered) -> Outcome:

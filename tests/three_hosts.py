@@ -11,9 +11,11 @@ keepalive and reconcile thresholds scaled down with them. Used by `tests/test_ac
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -180,10 +182,10 @@ class ThreeHosts:
     def logs(self) -> list[Path]:
         return sorted({*(w.log for w in self.workers), self.b.log, self.c.log})
 
-    def renders(self) -> int:
-        """Renders that ran to the end, from the gpu workers' logs (a duplicate that left the work alone and a
-        killed render are not)."""
-        return sum(
-            1 for log in self.logs() for line in log.read_text().splitlines()
-            if "gpu.tasks.generate_video[" in line and "succeeded" in line
+    def renders(self) -> Counter[str]:
+        """Renders that ran to the end, per attempt ("video 3 attempt 1"), from the gpu workers' logs (a
+        duplicate delivery that found the work done, and a killed render, did not render)."""
+        return Counter(
+            found.group(1) for log in self.logs() for line in log.read_text().splitlines()
+            if (found := re.search(r"render of (video \d+ attempt \d+) rendered in", line))
         )  # fmt: skip
