@@ -138,6 +138,29 @@ def test_task_that_kills_its_worker_is_quarantined(studio):
     assert "giving it up" in cpu.log.read_text()
 
 
+
+def test_gpu_worker_goes_on_after_failure_handlers_that_fail(studio):
+    """A gpu task whose failure handler fails in turn (a step's `on_failure` meeting a database still away)
+    fails, and its message is acknowledged: it does not hold one of the gpu worker's slots for good. (Celery's
+    thread pool dropped such a task unacknowledged: after 1 + MAS_GPU_LOOKAHEAD of them the gpu worker took
+    no more work until it was restarted; `mas.runtime.threads`.)"""
+    studio.worker_args = ["--include", "tests.crashing_tasks"]
+    gpu = studio.worker("gpu")
+    from tests.crashing_tasks import FAIL_TWICE_TASK
+
+    from mas import names
+    from mas.runtime.app import Studio
+
+    app = Studio(studio.settings)
+    failing = [app.send_task(FAIL_TWICE_TASK) for _ in range(2 * (1 + studio.settings.gpu_lookahead))]
+    for result in failing:
+        with pytest.raises(RuntimeError):
+            result.get(timeout=60)
+    assert app.send_task(names.GPU_PING, args=["after"]).get(timeout=30)["tag"] == "after"
+    assert gpu.log.read_text().count("Task handler raised error") == len(failing)
+    unacked = redis_client(studio.settings)
+    studio.wait_until(lambda: not unacked.zcard("unacked_index"), timeout=10, what="every message acknowledged")
+
 def _two_triggers(settings_env: dict[str, str]) -> list[int]:
     import os
 

@@ -31,6 +31,7 @@ from mas.redaction import redact_logs
 from mas.runtime.broker import use_studio_transport
 from mas.runtime.clients import redis_client
 from mas.runtime.queue_order import StickyCycle
+from mas.runtime.threads import use_studio_pool
 from mas.singletons import per_process
 
 log = logging.getLogger(__name__)
@@ -286,8 +287,10 @@ def celery_config(settings: Settings) -> dict:
 
 
 def create_app(settings: Settings) -> Studio:
-    """A new Celery app for `settings` (on the studio's Redis transport: `mas.runtime.broker`)."""
+    """A new Celery app for `settings` (on the studio's Redis transport, `mas.runtime.broker`; a worker with
+    `-P threads` on the studio's thread pool, `mas.runtime.threads`)."""
     use_studio_transport()
+    use_studio_pool()
     return Studio(settings)
 
 
