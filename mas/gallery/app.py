@@ -31,7 +31,7 @@ from starlette.responses import (
     PlainTextResponse,
     Response,
 )
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -40,7 +40,10 @@ from mas.db import DatabaseUnavailable, session_scope
 from mas.errors import InvalidInput, InvalidSettings
 from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
 from mas.gallery.control import batch_action, pick_winner
+from mas.api import create_api
+from mas.api.health import healthz, readyz
 from mas.gallery.frames import strip_jpeg
+from mas.metrics import metrics
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
@@ -170,6 +173,10 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/videos/{video_id:id}/frames.jpg", frames),
             Route("/files/{path:path}", video_file),
             Route("/api/batches/{batch_id:id}", batch_progress),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics),
+            Mount("/api/v1", app=create_api(settings)),
         ],
         middleware=[Middleware(_Gate, login=login, hosts=allowed_hosts)],
         exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},

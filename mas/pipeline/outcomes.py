@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from mas import names
+from mas import events, names
 from mas.db import rows_changed, session_scope
 from mas.errors import PeerUnavailable
 from mas.memory import blocks
@@ -98,22 +98,20 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
 
 def fail_batch(settings, batch_id: int, reason: str) -> bool:
     """A batch whose planning failed for good ends `failed` with the reason; False if it was not queued."""
+    reason = redact_text(reason, settings.secret_values())[:1000]
     with session_scope(settings) as session:
-        return (
-            rows_changed(
-                session,
-                (
-                    sa.update(Batch)
-                    .where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
-                    .values(
-                        status=BatchStatus.failed,
-                        failure_reason=redact_text(reason, settings.secret_values())[:1000],
-                        updated_at=sa.func.now(),
-                    )
-                ),
-            )
-            == 1
+        changed = rows_changed(
+            session,
+            (
+                sa.update(Batch)
+                .where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
+                .values(status=BatchStatus.failed, failure_reason=reason, updated_at=sa.func.now())
+            ),
         )
+        if changed:
+            batch = session.get_one(Batch, batch_id)
+            events.record(session, settings, type="batch.failed", batch=batch, data={"reason": reason})
+        return changed == 1
 
 
 def fail_planning(task, exc, task_id, args, kwargs, einfo) -> None:
@@ -155,14 +153,33 @@ def finish_video(settings, session, video_id: int) -> bool:
             actor="cameraman",
             session=session,
         )
-    live = session.scalar(
-        sa.select(sa.func.count())
-        .select_from(Video)
-        .where(Video.batch_id == batch.id, Video.state.not_in(list(states.TERMINAL)))
+    events.record(
+        session,
+        settings,
+        type="video.accepted" if video.state == S.accepted else "video.failed",
+        batch=batch,
+        data={
+            "video_id": video.id,
+            "concept": video.concept,
+            "grade": video.grade,
+            "attempts": video.attempt_count,
+            "output": video.output_path,
+            "failure_reasons": video.failure_reasons if video.state == S.failed else [],
+        },
     )
+    counts = dict(
+        session.execute(sa.select(Video.state, sa.func.count()).where(Video.batch_id == batch.id).group_by(Video.state))
+        .tuples()
+        .all()
+    )
+    live = sum(count for state, count in counts.items() if state not in states.TERMINAL)
     if live == 0 and batch.status == BatchStatus.running:
         batch.status = BatchStatus.done
         batch.updated_at = sa.func.now()
+        summary = {"total": batch.total, "accepted": counts.get(S.accepted, 0), "failed": counts.get(S.failed, 0)}
+        events.record(session, settings, type="batch.done", batch=batch, data=summary)
+        if batch.ab_test_id is not None:
+            events.record(session, settings, type="ab.ready", batch=batch, data={"ab_test_id": batch.ab_test_id})
         blocks.update(
             settings,
             "production_queue",
