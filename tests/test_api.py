@@ -129,6 +129,8 @@ def test_the_api_refuses_calls_without_credentials_off_loopback(clean):
     basic = "Basic " + base64.b64encode(b"ana:pw").decode()
     assert http.get("/api/v1/batches", headers={"Authorization": basic}).status_code == 200
     assert http.get("/healthz").status_code == 200  # probes need no credentials
+    forged = http.post("/api/v1/batches/1/cancel", headers={"Authorization": basic, "Origin": "https://evil.test"})
+    assert forged.status_code == 403  # a page of another site cannot make the browser act
     assert http.get("/metrics").status_code == 401
     with pytest.raises(GalleryError, match="without credentials"):
         server(clean, host="0.0.0.0")

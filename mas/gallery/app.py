@@ -1,8 +1,9 @@
 """The gallery's routes, its gate (host check and basic auth) and the server that runs it.
 
 Pages are rendered on the server from Postgres on every request, so they are never stale; the only
-script is a few lines in `base.html` that poll `/api/batches/ID` for live progress. Endpoints are plain
-functions: Starlette runs them in its thread pool, where the synchronous SQLAlchemy sessions belong.
+script is a few lines in `base.html` that poll the JSON API (`mas.api`, mounted at /api/v1) for live
+progress and send the buttons' actions to it. Endpoints are plain functions: Starlette runs them in its
+thread pool, where the synchronous SQLAlchemy sessions belong.
 """
 
 from __future__ import annotations
@@ -122,15 +123,25 @@ class _Gate:
         self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = self._refusal(Headers(scope=scope), scope.get("path", "")) if scope["type"] == "http" else None
+        refusal = (
+            self._refusal(Headers(scope=scope), scope.get("path", ""), scope.get("method", "GET"))
+            if scope["type"] == "http"
+            else None
+        )
         if refusal is None:
             await self.app(scope, receive, send)
         else:
             await refusal(scope, receive, send)
 
-    def _refusal(self, headers: Headers, path: str) -> Response | None:
+    def _refusal(self, headers: Headers, path: str, method: str) -> Response | None:
         if self.hosts is not None and _hostname(headers.get("host", "")) not in self.hosts:
             return PlainTextResponse("this gallery only answers to its loopback host names", status_code=400)
+        if method != "GET" and path.startswith("/api/") and _cross_site(headers):
+            return JSONResponse(
+                {"type": "urn:mas:problem:cross-site", "title": "Forbidden", "status": 403, "retryable": False,
+                 "detail": "a request sent from another site's page was refused; nothing changed"},
+                status_code=403, media_type="application/problem+json",
+            )  # fmt: skip
         if (self.login is None and self.token is None) or path in OPEN_PATHS:
             return None
         authorization = headers.get("authorization", "")
@@ -157,6 +168,12 @@ def _hostname(host_header: str) -> str | None:
         return urlsplit("//" + host_header).hostname
     except ValueError:  # e.g. an unclosed IPv6 bracket
         return None
+
+
+def _cross_site(headers: Headers) -> bool:
+    """A page on another site made the browser send this (CSRF): browsers send Origin on such a request."""
+    origin = headers.get("origin")
+    return origin is not None and urlsplit(origin).netloc != headers.get("host")
 
 
 def _bearer_ok(header: str, token: bytes) -> bool:
@@ -202,7 +219,6 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/memory", memory_page),
             Route("/videos/{video_id:id}/frames.jpg", frames),
             Route("/files/{path:path}", video_file),
-            Route("/api/batches/{batch_id:id}", batch_progress),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
@@ -424,27 +440,6 @@ def video_file(request: Request) -> Response:
     if path is None:
         raise HTTPException(404, f"no file {raw!r} in the output folder")
     return FileResponse(path)
-
-
-def batch_progress(request: Request) -> Response:
-    batch_id = request.path_params["batch_id"]
-    with session_scope(_settings(request)) as session:
-        batch = _get(session, Batch, batch_id)
-        if batch is None:
-            raise HTTPException(404, f"there is no batch {batch_id}")
-        videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
-        done = sum(v.state in FINAL for v in videos)
-    return JSONResponse(
-        {
-            "id": batch.id,
-            "status": batch.status.value,
-            "total": batch.total,
-            "done": done,
-            "videos": [
-                {"id": v.id, "state": v.state.value, "grade": v.grade, "attempts": v.attempt_count} for v in videos
-            ],
-        }
-    )
 
 
 # --- errors ---------------------------------------------------------------------------------------

@@ -167,11 +167,12 @@ def finish_video(settings, session, video_id: int) -> bool:
             "failure_reasons": video.failure_reasons if video.state == S.failed else [],
         },
     )
-    counts = dict(
-        session.execute(sa.select(Video.state, sa.func.count()).where(Video.batch_id == batch.id).group_by(Video.state))
-        .tuples()
-        .all()
-    )
+    counts: dict[VideoState, int] = {
+        state: count
+        for state, count in session.execute(
+            sa.select(Video.state, sa.func.count()).where(Video.batch_id == batch.id).group_by(Video.state)
+        )
+    }
     live = sum(count for state, count in counts.items() if state not in states.TERMINAL)
     if live == 0 and batch.status == BatchStatus.running:
         batch.status = BatchStatus.done
