@@ -7,6 +7,8 @@ directory (see `mas.runtime.services`).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import ipaddress
 import json
@@ -496,6 +498,14 @@ class Settings(BaseSettings):
             raise ValueError("buffer thresholds must satisfy WARN < CRITICAL <= EMERGENCY")
         if self.webhook_url and self.webhook_secret is None:
             raise ValueError("MAS_WEBHOOK_URL needs MAS_WEBHOOK_SECRET (whsec_...): every event is signed")
+        if self.webhook_secret is not None:
+            secret = self.webhook_secret.get_secret_value().removeprefix("whsec_")
+            try:
+                usable = len(base64.b64decode(secret, validate=True)) >= 24
+            except (binascii.Error, ValueError):
+                usable = False
+            if not usable:
+                raise ValueError("MAS_WEBHOOK_SECRET must be whsec_ followed by the base64 of 24 or more random bytes")
         return self
 
     # --- derived paths -------------------------------------------------------------------------

@@ -410,3 +410,16 @@ def test_notify_stores_the_batch_receiver_and_a_bad_url_or_missing_secret_stores
         assert result.exit_code == 2, result.output
         assert says in result.output and "Traceback" not in result.output
     assert (_count(clean, Batch), _count(clean, Schedule)) == (batches, schedules)
+
+
+def test_a_signing_secret_that_cannot_sign_is_refused_when_the_settings_are_read():
+    from pydantic import ValidationError
+
+    from mas.config import Settings
+
+    for bad in ("whsec_not*base64", "whsec_" + base64.b64encode(b"short").decode()):
+        with pytest.raises(ValidationError, match="MAS_WEBHOOK_SECRET"):
+            Settings(webhook_secret=bad)
+    with pytest.raises(ValidationError, match="needs MAS_WEBHOOK_SECRET"):
+        Settings(webhook_url="http://127.0.0.1:9/hook")
+    assert Settings(webhook_secret=SECRET).webhook_secret is not None
