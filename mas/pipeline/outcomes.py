@@ -28,6 +28,7 @@ from mas.models import (
 )
 from mas.pipeline import pacing, states
 from mas.pipeline.chains import send_released
+from mas.pipeline.leases import LeaseHeld
 from mas.pipeline.steps import StepPayload
 from mas.redaction import redact_text
 
@@ -36,8 +37,9 @@ S = VideoState
 LOST_CONNECTION = (redis.ConnectionError, redis.TimeoutError, BrokerUnreachable)
 """A step that ends on one of these lost its connection to the broker (Redis restarting, a network cut): it is
 not the video's fault. The video is left as it is; its lease ends, and reconcile sends the step again (a step
-that keeps failing so is given up by its lease's claim count, with the reason). A database that stays away
-past a step's retries still fails the video with the reason: its lease could not be released either."""
+that keeps failing so is given up by its lease's claim count, with the reason). So is a step that kept finding
+its lease held (`LeaseHeld`). A database that stays away past its waiting (`StudioTask.database_retries`, about
+ten minutes) still fails the video with the reason."""
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
 KEEP_FAILED = 10  # FAILED_RETRIES entries carry reasons, so fewer fit in the block
 PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL/COMPLETE count them all
@@ -61,9 +63,9 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
     payload = StepPayload.of_message(args, kwargs)
     if payload is None:
         return  # a message that named no video: nothing to skip
-    if isinstance(exc, LOST_CONNECTION) and not isinstance(exc, PeerUnavailable):
+    if isinstance(exc, LeaseHeld) or (isinstance(exc, LOST_CONNECTION) and not isinstance(exc, PeerUnavailable)):
         log.warning(
-            "%s of video %s attempt %s lost a connection (%s: %s); reconcile sends it again",
+            "%s of video %s attempt %s ended on %s (%s); not the video's fault: reconcile sends it again",
             task.name,
             payload.video_id,
             payload.attempt,
