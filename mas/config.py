@@ -7,6 +7,8 @@ directory (see `mas.runtime.services`).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import ipaddress
 import json
@@ -259,6 +261,32 @@ class Settings(BaseSettings):
     # --- gallery -------------------------------------------------------------------------------
     gallery_user: str | None = Field(default=None, description="Gallery basic-auth user (`mas serve`).")
     gallery_password: SecretStr | None = Field(default=None, description="Gallery basic-auth password.")
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the JSON API (`Authorization: Bearer TOKEN`), accepted beside the gallery's "
+        "user and password. Beyond loopback `mas serve` needs one or the other.",
+    )
+    ready_max_waiting: int = Field(
+        default=10_000,
+        gt=0,
+        description="/readyz answers 503 while more tasks than this wait in the queues (the studio is full).",
+    )
+
+    # --- webhooks ------------------------------------------------------------------------------
+    webhook_url: str | None = Field(
+        default=None, description="Studio-wide receiver of every event (batches, videos, A/B tests ready)."
+    )
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="Standard Webhooks signing secret (whsec_ + base64); needed when any webhook URL is used.",
+    )
+    webhook_max_attempts: int = Field(
+        default=15, ge=1, le=100, description="Deliveries tried per event (backing off up to an hour) before it fails."
+    )
+    webhook_timeout_seconds: float = Field(default=10, gt=0, le=300, description="How long a receiver may take.")
+    webhook_every_seconds: float = Field(
+        default=2, gt=0, description="How often beat looks for events to deliver (the first try of a new event)."
+    )
 
     # --- requests ------------------------------------------------------------------------------
     max_request_chars: int = Field(default=2000, gt=0, le=100_000, description="Longest request accepted.")
@@ -468,6 +496,16 @@ class Settings(BaseSettings):
             raise ValueError("MAS_LEASE_EXPIRY_SECONDS must exceed 2 x MAS_LEASE_HEARTBEAT_SECONDS")
         if not self.buffer_warn < self.buffer_critical <= self.buffer_emergency:
             raise ValueError("buffer thresholds must satisfy WARN < CRITICAL <= EMERGENCY")
+        if self.webhook_url and self.webhook_secret is None:
+            raise ValueError("MAS_WEBHOOK_URL needs MAS_WEBHOOK_SECRET (whsec_...): every event is signed")
+        if self.webhook_secret is not None:
+            secret = self.webhook_secret.get_secret_value().removeprefix("whsec_")
+            try:
+                usable = len(base64.b64decode(secret, validate=True)) >= 24
+            except (binascii.Error, ValueError):
+                usable = False
+            if not usable:
+                raise ValueError("MAS_WEBHOOK_SECRET must be whsec_ followed by the base64 of 24 or more random bytes")
         return self
 
     # --- derived paths -------------------------------------------------------------------------

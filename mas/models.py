@@ -10,6 +10,7 @@ from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Enum,
@@ -97,6 +98,7 @@ class Batch(Base):
     priority: Mapped[Priority] = _priority_column()
     failure_reason: Mapped[str | None] = mapped_column(Text)
     user_name: Mapped[str] = _user_column()
+    notify_url: Mapped[str | None] = mapped_column(Text)  # this request's webhook (`--notify`), beside the studio's
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
 
@@ -370,4 +372,39 @@ class Schedule(Base):
     user_name: Mapped[str] = _user_column()
     status: Mapped[str] = mapped_column(String(16), default="scheduled")  # scheduled|sent|cancelled
     batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id"))
+    notify_url: Mapped[str | None] = mapped_column(Text)  # passed on to its batch
+    created_at: Mapped[datetime] = _now_column()
+
+
+class WebhookEvent(Base):
+    """One event for one receiver, written in the transaction of the change it reports (the outbox) and
+    delivered at least once (`mas.webhooks`); `id` is the same on every try, so a receiver drops repeats."""
+
+    __tablename__ = "webhook_events"
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # the order of events, per batch and receiver
+    id: Mapped[str] = mapped_column(String(40), unique=True)  # "msg_" + 32 hex: the Standard Webhooks id
+    type: Mapped[str] = mapped_column(String(40))  # batch.done, video.accepted, ...
+    url: Mapped[str] = mapped_column(Text)
+    batch_id: Mapped[int | None] = mapped_column(Integer, index=True)  # plain id: an event outlives its batch
+    payload: Mapped[dict] = mapped_column(JSONB)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = _now_column()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # tries spent: given up
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class IdempotencyKey(Base):
+    """A client's `Idempotency-Key` on a submit, and the batch it made: the same key again returns that
+    batch instead of making another."""
+
+    __tablename__ = "idempotency_keys"
+
+    user_name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))  # a key reused for another request is refused
+    batch_id: Mapped[int | None] = mapped_column(Integer)
+    schedule_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _now_column()

@@ -54,6 +54,7 @@ TASK_PACKAGES = (
     "tasks.maintenance",
     "tasks.warmup",
     "tasks.takeover",
+    "tasks.webhooks",
     "gpu.health",
     "gpu.maintenance",
     "gpu.tasks",
@@ -80,6 +81,8 @@ RECONCILE = "tasks.maintenance.reconcile"
 RECOVER = "tasks.maintenance.recover"
 RUN_SCHEDULES = "tasks.maintenance.run_schedules"
 CLEANUP = "gpu.maintenance.remove_partials"
+
+DELIVER_WEBHOOKS = "tasks.webhooks.deliver"
 
 # --- Redis keys -----------------------------------------------------------------------------------------
 

@@ -225,7 +225,7 @@ def gallery(studio):
 
 @pytest.mark.parametrize("path", [
     "/batches/" + "7" * 4000, "/ab/" + "9" * 30, "/videos/" + "1" * 200 + "/frames.jpg",
-    "/api/batches/99999999999999999999", "/files/" + "a" * 5000, "/files/" + "/".join(["b" * 300] * 3),
+    "/api/v1/batches/99999999999999999999", "/files/" + "a" * 5000, "/files/" + "/".join(["b" * 300] * 3),
     "/files/../../etc/passwd",
 ])
 def test_the_gallery_answers_404_not_500_to_ids_and_paths_it_cannot_have(studio, gallery, path):

@@ -1,11 +1,16 @@
-"""The deployment's compose file passes `docker-compose config` (Debian's docker-compose, offline)."""
+"""The deployment's compose file passes `docker-compose config` (Debian's docker-compose, offline), and its
+monitoring (Prometheus, Grafana's dashboard) asks only for figures the studio exports."""
 
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+
+from mas.metrics import FIGURES
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = shutil.which("docker-compose")
@@ -19,7 +24,7 @@ def rendered(tmp_path) -> dict:
     shutil.copy(ROOT / "compose" / "env.example", tmp_path / "compose" / ".env")
     result = subprocess.run(
         [COMPOSE, "-f", "compose/docker-compose.yml", "--env-file", "compose/.env",
-         "--profile", "letta", "--profile", "comfyui", "config"],
+         "--profile", "letta", "--profile", "comfyui", "--profile", "monitoring", "config"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -39,3 +44,40 @@ def test_compose_file_is_valid_and_complete(rendered):
     assert "container_name" not in services["cpu-worker"] and "ports" not in services["cpu-worker"]  # scalable
     assert all(str(p).startswith("127.0.0.1:") for p in services["flower"]["ports"])  # loopback only
     assert services["cpu-worker"]["environment"]["MAS_BROKER_URL"] == "redis://redis:6379/0"
+
+
+def test_monitoring_scrapes_the_studio_and_flower(rendered):
+    services = rendered["services"]
+    gallery = services["gallery"]
+    assert gallery["command"][:2] == ["mas", "serve"] and "profiles" not in gallery and "healthcheck" in gallery
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+    for name in ("gallery", "prometheus", "grafana"):
+        assert all(str(p).startswith("127.0.0.1:") for p in services[name]["ports"]), name  # loopback only
+    config = yaml.safe_load((ROOT / "compose" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["mas"]["static_configs"][0]["targets"] == ["gallery:8000"]
+    assert set(jobs["mas"]["basic_auth"]) == {"username_file", "password_file"}  # the gallery asks for its login
+    assert jobs["flower"]["static_configs"][0]["targets"] == ["flower:5555"]
+    command = services["prometheus"]["command"][0]
+    assert all(jobs["mas"]["basic_auth"][key] in command for key in ("username_file", "password_file"))
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the studio's Grafana dashboard."""
+    dashboard = json.loads((ROOT / "compose" / "grafana" / "dashboards" / "studio.json").read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def test_dashboard_queries_only_what_the_studio_exports():
+    exported = {series for figure in FIGURES for series in figure.series}
+    queried = {name for expr in dashboard_queries() for name in re.findall(r"\bmas_[a-z_]+", expr)}
+    assert queried <= exported, queried - exported
+    for figure in ("mas_videos", "mas_render_seconds_bucket", "mas_agent_call_seconds_bucket", "mas_queue_waiting",
+                   "mas_gpu_busy_seconds_total", "mas_webhook_events"):
+        assert figure in queried, figure
+    grafana = ROOT / "compose" / "grafana"
+    sources = yaml.safe_load((grafana / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    uid = sources["datasources"][0]["uid"]
+    dashboard = json.loads((grafana / "dashboards" / "studio.json").read_text())
+    assert {panel["datasource"]["uid"] for panel in dashboard["panels"] if "datasource" in panel} == {uid}

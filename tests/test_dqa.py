@@ -298,7 +298,9 @@ def test_a_missing_model_path_is_a_clear_error(tmp_path):
 
 def test_regrade_lays_out_every_axis_beside_the_stored_scores_and_writes_nothing(clean, clip_folder, tmp_path):
     settings = clean.model_copy(update={"clip_model_path": clip_folder, "torch_dtype": "float32", "dqa_frames": 4})
-    video_path = concept_video(tmp_path / "attempt.mp4", "green triangle")
+    video_path = settings.videos_dir / "batch-1" / "attempt.mp4"  # in the storage, where grading reads it
+    video_path.parent.mkdir(parents=True, exist_ok=True)
+    concept_video(video_path, "green triangle")
     with session_scope(settings) as session:
         batch = Batch(request="Create 1 video of a green triangle", total=1)
         session.add(batch)

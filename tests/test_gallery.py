@@ -149,7 +149,7 @@ def test_batch_page_plays_each_video_with_prompt_grade_scores_and_frames(client,
 
 
 def test_progress_endpoint_reports_a_finished_batch(client, settings, studio):
-    progress = client.get(f"/api/batches/{studio.batch}").json()
+    progress = client.get(f"/api/v1/batches/{studio.batch}").json()  # what the pages poll
     assert progress["status"] == "done" and progress["done"] == progress["total"] == 2
     assert [v["id"] for v in progress["videos"]] == [v.id for v in videos_of(settings, studio.batch)]
     assert all(v["state"] in ("accepted", "failed") and v["attempts"] >= 1 for v in progress["videos"])
@@ -223,14 +223,14 @@ def test_memory_page_shows_the_six_blocks_read_only(client, settings, studio):
     "url",
     [
         "/batches/999999", "/batches/99999999999999999999", "/batches/abc", "/series/999999", "/ab/999999",
-        "/videos/999999/frames.jpg", "/api/batches/999999", "/nowhere",
+        "/videos/999999/frames.jpg", "/api/v1/batches/999999", "/nowhere",
     ],
 )
 def test_a_bad_id_is_a_clear_not_found(client, url):
     response = client.get(url)
     assert response.status_code == 404
     if url.startswith("/api/"):
-        assert response.json() == {"error": "there is no batch 999999"}
+        assert response.json()["detail"] == "there is no batch 999999"
     else:
         assert 'id="error"' in response.text and ("there is no" in response.text)
 
@@ -333,7 +333,7 @@ def test_basic_auth_is_enforced_when_credentials_are_set(settings, studio):
     assert client.get("/", auth=("ana", "wrong")).status_code == 401
     assert client.get("/", auth=("bob", "s3cret:pw")).status_code == 401
     assert client.get("/", headers={"Authorization": "Basic !!!"}).status_code == 401
-    assert client.get(f"/api/batches/{studio.batch}").status_code == 401
+    assert client.get(f"/api/v1/batches/{studio.batch}").status_code == 401
     assert client.get("/", auth=("ana", "s3cret:pw")).status_code == 200
     video = videos_of(settings, studio.batch)[0]
     url = "/files/" + Path(video.output_path).relative_to(settings.videos_dir).as_posix()

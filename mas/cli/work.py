@@ -22,25 +22,36 @@ PRIORITY = click.option(
     help="high: to the GPU ahead of waiting batch work (default: normal; A/B tests MAS_AB_PRIORITY).",
 )
 
+NOTIFY = click.option(
+    "--notify",
+    "notify_url",
+    metavar="URL",
+    default=None,
+    help="Also send this batch's events to URL (signed with MAS_WEBHOOK_SECRET; see `mas webhooks`).",
+)
+
 
 @click.command()
 @click.argument("request")
 @click.option("--wait", is_flag=True, help="Follow the batch until every video is done.")
 @click.option("--at", "at", default=None, metavar="HH:MM", help="Start at this local time (next occurrence).")
 @PRIORITY
+@NOTIFY
 @USER
 @click.pass_obj
-def enqueue(settings: Settings, request: str, wait: bool, at: str | None, priority: str | None) -> None:
+def enqueue(
+    settings: Settings, request: str, wait: bool, at: str | None, priority: str | None, notify_url: str | None
+) -> None:
     """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
     from mas.pipeline import production
 
     parsed = parse_request(request, settings)
     if at is None:
-        _submit(settings, parsed, wait=wait, priority=priority)
+        _submit(settings, parsed, wait=wait, priority=priority, notify_url=notify_url)
         return
     run_at = _next_time(at)
     ready(settings)
-    schedule_id = production.schedule(settings, parsed, run_at=run_at, priority=priority)
+    schedule_id = production.schedule(settings, parsed, run_at=run_at, priority=priority, notify_url=notify_url)
     console.print(
         f"schedule {schedule_id}: {request!r} starts at {run_at.astimezone():%Y-%m-%d %H:%M %Z} (needs beat: `mas run`)"
     )
@@ -59,12 +70,14 @@ def _next_time(text: str) -> datetime:
     return run_at if run_at > now else run_at + timedelta(days=1)
 
 
-def _submit(settings: Settings, request: ProductionRequest, *, wait: bool, priority: str | None) -> None:
+def _submit(
+    settings: Settings, request: ProductionRequest, *, wait: bool, priority: str | None, notify_url: str | None
+) -> None:
     """Queue `request` (read before anything starts, so a bad one changes nothing); follow it if asked."""
     from mas.pipeline import production
 
     ready(settings)
-    batch_id = production.submit(settings, request, priority=priority)
+    batch_id = production.submit(settings, request, priority=priority, notify_url=notify_url)
     shown = production.priority_for(settings, request, priority)
     console.print(f"batch {batch_id}: {request.count} x {request.kind} of {request.theme!r} queued ({shown} priority)")
     if wait:
@@ -76,12 +89,15 @@ def _submit(settings: Settings, request: ProductionRequest, *, wait: bool, prior
 @click.option("--episodes", type=click.IntRange(1, 100_000), default=3, show_default=True, help="Episodes to make now.")
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
 @PRIORITY
+@NOTIFY
 @USER
 @click.pass_obj
-def series(settings: Settings, name: str, episodes: int, wait: bool, priority: str | None) -> None:
+def series(
+    settings: Settings, name: str, episodes: int, wait: bool, priority: str | None, notify_url: str | None
+) -> None:
     """Make (or continue) a series: episodes keep its style and consistency rules across sessions."""
     request = ProductionRequest.series(name, episodes=episodes, settings=settings)
-    _submit(settings, request, wait=wait, priority=priority)
+    _submit(settings, request, wait=wait, priority=priority, notify_url=notify_url)
 
 
 @click.command()
@@ -89,12 +105,15 @@ def series(settings: Settings, name: str, episodes: int, wait: bool, priority: s
 @click.option("--variations", type=click.IntRange(2, MAX_VARIATIONS), default=3, show_default=True)
 @click.option("--wait", is_flag=True, help="Follow the batch until it is done.")
 @PRIORITY
+@NOTIFY
 @USER
 @click.pass_obj
-def ab(settings: Settings, concept: str, variations: int, wait: bool, priority: str | None) -> None:
+def ab(
+    settings: Settings, concept: str, variations: int, wait: bool, priority: str | None, notify_url: str | None
+) -> None:
     """Render variations of one concept; then choose the winner with `mas pick TEST LABEL`."""
     request = ProductionRequest.ab(concept, variations=variations, settings=settings)
-    _submit(settings, request, wait=wait, priority=priority)
+    _submit(settings, request, wait=wait, priority=priority, notify_url=notify_url)
 
 
 @click.command()

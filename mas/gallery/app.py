@@ -1,8 +1,9 @@
 """The gallery's routes, its gate (host check and basic auth) and the server that runs it.
 
 Pages are rendered on the server from Postgres on every request, so they are never stale; the only
-script is a few lines in `base.html` that poll `/api/batches/ID` for live progress. Endpoints are plain
-functions: Starlette runs them in its thread pool, where the synchronous SQLAlchemy sessions belong.
+script is a few lines in `base.html` that poll the JSON API (`mas.api`, mounted at /api/v1) for live
+progress and send the buttons' actions to it. Endpoints are plain functions: Starlette runs them in its
+thread pool, where the synchronous SQLAlchemy sessions belong.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from starlette.responses import (
     PlainTextResponse,
     Response,
 )
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mas.api import create_api
+from mas.api.health import healthz, readyz
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
 from mas.errors import InvalidInput, InvalidSettings
@@ -43,6 +46,7 @@ from mas.gallery.control import batch_action, pick_winner
 from mas.gallery.frames import strip_jpeg
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
+from mas.metrics import metrics
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
 from mas.pipeline.states import TERMINAL
 from mas.runtime.services import ServiceError
@@ -83,10 +87,10 @@ def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> 
     reaching it through DNS rebinding.
     """
     loopback = is_loopback(host)
-    if not loopback and credentials(settings) is None:
+    if not loopback and credentials(settings) is None and settings.api_token is None:
         raise GalleryError(
             f"refusing to serve the gallery on {host} without credentials: set MAS_GALLERY_USER and "
-            "MAS_GALLERY_PASSWORD, or serve on 127.0.0.1"
+            "MAS_GALLERY_PASSWORD (or MAS_API_TOKEN), or serve on 127.0.0.1"
         )
     app = create_app(settings, allowed_hosts=LOOPBACK_HOSTS | {host} if loopback else None)
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
@@ -97,31 +101,66 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> N
     server(settings, host=host, port=port).run()
 
 
-class _Gate:
-    """Refuses a request before any route runs: a Host header not allowed, or missing/wrong credentials."""
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""Probes answer without credentials (they tell whether the studio works, not what it holds)."""
 
-    def __init__(self, app: ASGIApp, *, login: tuple[str, str] | None, hosts: frozenset[str] | None) -> None:
+
+class _Gate:
+    """Refuses a request before any route runs: a Host header not allowed, or missing/wrong credentials
+    (basic auth with the gallery's user and password, or the API's bearer token, whichever are set)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        login: tuple[str, str] | None,
+        token: str | None,
+        hosts: frozenset[str] | None,
+    ) -> None:
         self.app = app
         self.login = None if login is None else (login[0].encode(), login[1].encode())
+        self.token = None if token is None else token.encode()
         self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = self._refusal(Headers(scope=scope)) if scope["type"] == "http" else None
+        refusal = (
+            self._refusal(Headers(scope=scope), scope.get("path", ""), scope.get("method", "GET"))
+            if scope["type"] == "http"
+            else None
+        )
         if refusal is None:
             await self.app(scope, receive, send)
         else:
             await refusal(scope, receive, send)
 
-    def _refusal(self, headers: Headers) -> Response | None:
+    def _refusal(self, headers: Headers, path: str, method: str) -> Response | None:
         if self.hosts is not None and _hostname(headers.get("host", "")) not in self.hosts:
             return PlainTextResponse("this gallery only answers to its loopback host names", status_code=400)
-        if self.login is not None and not _basic_auth_ok(headers.get("authorization", ""), self.login):
-            return PlainTextResponse(
-                "the gallery needs its user and password",
-                status_code=401,
-                headers={"WWW-Authenticate": 'Basic realm="mas gallery", charset="UTF-8"'},
-            )
-        return None
+        if method != "GET" and path.startswith("/api/") and _cross_site(headers):
+            return JSONResponse(
+                {"type": "urn:mas:problem:cross-site", "title": "Forbidden", "status": 403, "retryable": False,
+                 "detail": "a request sent from another site's page was refused; nothing changed"},
+                status_code=403, media_type="application/problem+json",
+            )  # fmt: skip
+        if (self.login is None and self.token is None) or path in OPEN_PATHS:
+            return None
+        authorization = headers.get("authorization", "")
+        if self.login is not None and _basic_auth_ok(authorization, self.login):
+            return None
+        if self.token is not None and _bearer_ok(authorization, self.token):
+            return None
+        if path.startswith("/api/"):
+            return JSONResponse(
+                {"type": "urn:mas:problem:unauthorized", "title": "Unauthorized", "status": 401,
+                 "detail": "the studio needs its credentials (basic auth or a bearer token)", "retryable": False},
+                status_code=401, media_type="application/problem+json",
+                headers={"WWW-Authenticate": 'Bearer realm="mas", Basic realm="mas gallery", charset="UTF-8"'},
+            )  # fmt: skip
+        return PlainTextResponse(
+            "the gallery needs its user and password",
+            status_code=401,
+            headers={"WWW-Authenticate": 'Basic realm="mas gallery", charset="UTF-8"'},
+        )
 
 
 def _hostname(host_header: str) -> str | None:
@@ -129,6 +168,17 @@ def _hostname(host_header: str) -> str | None:
         return urlsplit("//" + host_header).hostname
     except ValueError:  # e.g. an unclosed IPv6 bracket
         return None
+
+
+def _cross_site(headers: Headers) -> bool:
+    """A page on another site made the browser send this (CSRF): browsers send Origin on such a request."""
+    origin = headers.get("origin")
+    return origin is not None and urlsplit(origin).netloc != headers.get("host")
+
+
+def _bearer_ok(header: str, token: bytes) -> bool:
+    scheme, _, given = header.partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), token)
 
 
 def _basic_auth_ok(header: str, login: tuple[bytes, bytes]) -> bool:
@@ -169,9 +219,19 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/memory", memory_page),
             Route("/videos/{video_id:id}/frames.jpg", frames),
             Route("/files/{path:path}", video_file),
-            Route("/api/batches/{batch_id:id}", batch_progress),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics),
+            Mount("/api/v1", app=create_api(settings)),
         ],
-        middleware=[Middleware(_Gate, login=login, hosts=allowed_hosts)],
+        middleware=[
+            Middleware(
+                _Gate,
+                login=login,
+                token=settings.api_token.get_secret_value() if settings.api_token else None,
+                hosts=allowed_hosts,
+            )
+        ],
         exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},
     )
     app.state.settings = settings
@@ -380,27 +440,6 @@ def video_file(request: Request) -> Response:
     if path is None:
         raise HTTPException(404, f"no file {raw!r} in the output folder")
     return FileResponse(path)
-
-
-def batch_progress(request: Request) -> Response:
-    batch_id = request.path_params["batch_id"]
-    with session_scope(_settings(request)) as session:
-        batch = _get(session, Batch, batch_id)
-        if batch is None:
-            raise HTTPException(404, f"there is no batch {batch_id}")
-        videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
-        done = sum(v.state in FINAL for v in videos)
-    return JSONResponse(
-        {
-            "id": batch.id,
-            "status": batch.status.value,
-            "total": batch.total,
-            "done": done,
-            "videos": [
-                {"id": v.id, "state": v.state.value, "grade": v.grade, "attempts": v.attempt_count} for v in videos
-            ],
-        }
-    )
 
 
 # --- errors ---------------------------------------------------------------------------------------

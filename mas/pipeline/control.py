@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from mas import names
+from mas import events, names
 from mas.db import session_scope
 from mas.errors import PermanentError
 from mas.memory import blocks
@@ -41,6 +41,7 @@ def cancel_batch(settings, batch_id: int) -> list[int]:
             sa.select(Video.id).where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
         ).all()
         cancelled = [video_id for video_id in live if states.cancel(session, video_id, CANCELLED)]
+        events.record(session, settings, type="batch.cancelled", batch=batch, data={"videos_cancelled": cancelled})
         blocks.update(
             settings,
             "production_queue",

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from mas import names
+from mas import events, names
 from mas.db import rows_changed, session_scope
 from mas.errors import PeerUnavailable
 from mas.memory import blocks
@@ -28,6 +28,7 @@ from mas.models import (
 )
 from mas.pipeline import pacing, states
 from mas.pipeline.chains import send_released
+from mas.pipeline.leases import LeaseHeld
 from mas.pipeline.steps import StepPayload
 from mas.redaction import redact_text
 
@@ -36,8 +37,9 @@ S = VideoState
 LOST_CONNECTION = (redis.ConnectionError, redis.TimeoutError, BrokerUnreachable)
 """A step that ends on one of these lost its connection to the broker (Redis restarting, a network cut): it is
 not the video's fault. The video is left as it is; its lease ends, and reconcile sends the step again (a step
-that keeps failing so is given up by its lease's claim count, with the reason). A database that stays away
-past a step's retries still fails the video with the reason: its lease could not be released either."""
+that keeps failing so is given up by its lease's claim count, with the reason). So is a step that kept finding
+its lease held (`LeaseHeld`). A database that stays away past its waiting (`StudioTask.database_retries`, about
+ten minutes) still fails the video with the reason."""
 KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
 KEEP_FAILED = 10  # FAILED_RETRIES entries carry reasons, so fewer fit in the block
 PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL/COMPLETE count them all
@@ -61,9 +63,9 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
     payload = StepPayload.of_message(args, kwargs)
     if payload is None:
         return  # a message that named no video: nothing to skip
-    if isinstance(exc, LOST_CONNECTION) and not isinstance(exc, PeerUnavailable):
+    if isinstance(exc, LeaseHeld) or (isinstance(exc, LOST_CONNECTION) and not isinstance(exc, PeerUnavailable)):
         log.warning(
-            "%s of video %s attempt %s lost a connection (%s: %s); reconcile sends it again",
+            "%s of video %s attempt %s ended on %s (%s); not the video's fault: reconcile sends it again",
             task.name,
             payload.video_id,
             payload.attempt,
@@ -98,22 +100,20 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
 
 def fail_batch(settings, batch_id: int, reason: str) -> bool:
     """A batch whose planning failed for good ends `failed` with the reason; False if it was not queued."""
+    reason = redact_text(reason, settings.secret_values())[:1000]
     with session_scope(settings) as session:
-        return (
-            rows_changed(
-                session,
-                (
-                    sa.update(Batch)
-                    .where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
-                    .values(
-                        status=BatchStatus.failed,
-                        failure_reason=redact_text(reason, settings.secret_values())[:1000],
-                        updated_at=sa.func.now(),
-                    )
-                ),
-            )
-            == 1
+        changed = rows_changed(
+            session,
+            (
+                sa.update(Batch)
+                .where(Batch.id == batch_id, Batch.status == BatchStatus.queued)
+                .values(status=BatchStatus.failed, failure_reason=reason, updated_at=sa.func.now())
+            ),
         )
+        if changed:
+            batch = session.get_one(Batch, batch_id)
+            events.record(session, settings, type="batch.failed", batch=batch, data={"reason": reason})
+        return changed == 1
 
 
 def fail_planning(task, exc, task_id, args, kwargs, einfo) -> None:
@@ -155,14 +155,34 @@ def finish_video(settings, session, video_id: int) -> bool:
             actor="cameraman",
             session=session,
         )
-    live = session.scalar(
-        sa.select(sa.func.count())
-        .select_from(Video)
-        .where(Video.batch_id == batch.id, Video.state.not_in(list(states.TERMINAL)))
+    events.record(
+        session,
+        settings,
+        type="video.accepted" if video.state == S.accepted else "video.failed",
+        batch=batch,
+        data={
+            "video_id": video.id,
+            "concept": video.concept,
+            "grade": video.grade,
+            "attempts": video.attempt_count,
+            "output": video.output_path,
+            "failure_reasons": video.failure_reasons if video.state == S.failed else [],
+        },
     )
+    counts: dict[VideoState, int] = {
+        state: count
+        for state, count in session.execute(
+            sa.select(Video.state, sa.func.count()).where(Video.batch_id == batch.id).group_by(Video.state)
+        )
+    }
+    live = sum(count for state, count in counts.items() if state not in states.TERMINAL)
     if live == 0 and batch.status == BatchStatus.running:
         batch.status = BatchStatus.done
         batch.updated_at = sa.func.now()
+        summary = {"total": batch.total, "accepted": counts.get(S.accepted, 0), "failed": counts.get(S.failed, 0)}
+        events.record(session, settings, type="batch.done", batch=batch, data=summary)
+        if batch.ab_test_id is not None:
+            events.record(session, settings, type="ab.ready", batch=batch, data={"ab_test_id": batch.ab_test_id})
         blocks.update(
             settings,
             "production_queue",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import cast
+from urllib.parse import urlsplit
 
 import redis
 import sqlalchemy as sa
@@ -54,9 +55,12 @@ def request_of(batch: Batch) -> ProductionRequest:
     )
 
 
-def new_batch(session, request: ProductionRequest, *, priority: Priority, user: str) -> Batch:
-    """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for.
-    `kind`, `theme` and `total` repeat the spec for the readers of batches (status, gallery)."""
+def new_batch(
+    session, request: ProductionRequest, *, priority: Priority, user: str, notify_url: str | None = None
+) -> Batch:
+    """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for,
+    `notify_url` the request's own webhook receiver. `kind`, `theme` and `total` repeat the spec for the
+    readers of batches (status, gallery)."""
     batch = Batch(
         request=request.text,
         kind=request.kind,
@@ -65,6 +69,7 @@ def new_batch(session, request: ProductionRequest, *, priority: Priority, user: 
         user_name=user,
         spec=request.to_json(),
         priority=priority,
+        notify_url=notify_url,
     )
     session.add(batch)
     session.flush()
@@ -94,23 +99,49 @@ def check_broker(settings) -> None:
             ) from None
 
 
-def submit(settings, request: ProductionRequest, *, priority: str | None = None) -> int:
+def check_notify_url(settings, url: str | None) -> str | None:
+    """A request's webhook URL: http(s), and only when events can be signed (MAS_WEBHOOK_SECRET)."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
+        raise InvalidInput(f"the webhook URL {redact_url(url)!r} is not an http(s) URL; nothing was queued")
+    if settings.webhook_secret is None:
+        raise InvalidInput("a webhook URL needs MAS_WEBHOOK_SECRET set (events are signed); nothing was queued")
+    return url
+
+
+def submit(settings, request: ProductionRequest, *, priority: str | None = None, notify_url: str | None = None) -> int:
     """Store the request as a batch and send it to the Director; return the batch id. Refused whole (nothing
     stored) when the broker does not answer."""
     priority = priority_for(settings, request, priority)
+    notify_url = check_notify_url(settings, notify_url)
     check_broker(settings)
     with session_scope(settings) as session:
-        batch_id = new_batch(session, request, priority=priority, user=settings.user).id
+        batch_id = new_batch(session, request, priority=priority, user=settings.user, notify_url=notify_url).id
     send_plan(settings, batch_id, priority=priority)
     return batch_id
 
 
-def schedule(settings, request: ProductionRequest, *, run_at: datetime, priority: str | None = None) -> int:
+def schedule(
+    settings,
+    request: ProductionRequest,
+    *,
+    run_at: datetime,
+    priority: str | None = None,
+    notify_url: str | None = None,
+) -> int:
     """Store the request to be enqueued at `run_at` (an overnight batch); return the schedule id."""
     priority = priority_for(settings, request, priority)
+    notify_url = check_notify_url(settings, notify_url)
     with session_scope(settings) as session:
         row = Schedule(
-            run_at=run_at, request=request.text, spec=request.to_json(), priority=priority, user_name=settings.user
+            run_at=run_at,
+            request=request.text,
+            spec=request.to_json(),
+            priority=priority,
+            user_name=settings.user,
+            notify_url=notify_url,
         )
         session.add(row)
         session.flush()
@@ -137,7 +168,9 @@ def run_due_schedules(settings) -> list[int]:
                 request = parse_request(row.request, settings)
             else:
                 request = ProductionRequest.from_json(row.spec)
-            row.batch_id = new_batch(session, request, priority=row.priority, user=row.user_name).id
+            row.batch_id = new_batch(
+                session, request, priority=row.priority, user=row.user_name, notify_url=row.notify_url
+            ).id
             row.status = "sent"
             sent.append((row.batch_id, row.priority))
     for batch_id, priority in sent:

@@ -122,6 +122,13 @@ class ProductionRequest:
         )
 
     @classmethod
+    def batch(cls, theme: str, *, count: int, settings: Settings) -> ProductionRequest:
+        """`count` videos of `theme`, taken whole as the user gave it (the API's typed request)."""
+        theme = _part(theme, "the theme", settings)
+        _check_count(count, settings)
+        return cls(kind="batch", count=count, theme=theme, text=f"Create {count} video(s) of {theme}")
+
+    @classmethod
     def ab(cls, concept: str, *, variations: int, settings: Settings) -> ProductionRequest:
         """An A/B test of `variations` variations of `concept`, taken whole as the user gave it."""
         concept = _part(concept, "the concept", settings)

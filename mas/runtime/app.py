@@ -18,6 +18,7 @@ from functools import partial
 from celery import Celery, Task, current_app
 from celery.exceptions import Ignore, Reject
 from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.utils.time import get_exponential_backoff_interval
 from kombu import Exchange, Queue
 from kombu.transport.redis import PRIORITY_STEPS
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -35,6 +36,9 @@ from mas.runtime.threads import use_studio_pool
 from mas.singletons import per_process
 
 log = logging.getLogger(__name__)
+
+DATABASE_AWAY = (OperationalError, InterfaceError)
+"""PostgreSQL unreachable, restarting or still starting up (SQLAlchemy's wrappers of the driver's errors)."""
 
 CPU_TASK_TIME_LIMIT = 600  # seconds; an agent step that runs longer is killed and retried
 
@@ -72,13 +76,17 @@ class StudioTask(Task):
 
     #: Deliveries allowed for one run of this task (None: `Settings.max_deliveries`).
     max_deliveries: int | None = None
-    #: Errors retried with exponential backoff: PostgreSQL unreachable or restarting.
-    autoretry_for: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
-    #: Retries of those errors (about ten minutes in all with the backoff below).
+    #: Errors a task retries with the backoff below (none here: a database that is away is waited out by
+    #: `__call__`, apart from any task's own retries).
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    #: Retries of a task's own retryable errors.
     max_retries = 12
     #: Back off 1, 2, 4 ... seconds between retries, at most `retry_backoff_max`, with jitter.
     retry_backoff: bool | int = True
     retry_backoff_max = 60
+    #: PostgreSQL unreachable or restarting: waited out with backoff (1, 2, 4 ... 60 s, about ten minutes in all),
+    #: never spent from a step's own retries (a render failing, a reply that does not parse).
+    database_retries = 14
     #: Wait out an unreachable peer (`PeerUnavailable`: an LLM or Letta server down): try again every
     #: `agent_retry_backoff_max_seconds` for up to `peer_wait_seconds`, then fail with the reason. Such a
     #: task lists `PeerUnavailable` in `dont_autoretry_for`, so its other retries are not spent on the wait.
@@ -94,6 +102,12 @@ class StudioTask(Task):
             self._count_delivery()
         try:
             return self.run(*args, **kwargs)
+        except DATABASE_AWAY as exc:
+            countdown = get_exponential_backoff_interval(
+                factor=1, retries=self.request.retries, maximum=self.retry_backoff_max, full_jitter=True
+            )
+            log.warning("%s[%s] waits for PostgreSQL (retry in %d s): %s", self.name, self.request.id, countdown, exc)
+            raise self.retry(exc=exc, countdown=max(1, countdown), max_retries=self.database_retries) from exc
         except PeerUnavailable as exc:
             if not self.waits_for_peers:
                 raise
@@ -128,7 +142,7 @@ class AgentTask(StudioTask):
     (`RetryableError`) is retried with backoff; a server that is away (`PeerUnavailable`) is waited for: the
     batch waits and resumes when it returns. Limits are read from the app's settings when the task runs."""
 
-    autoretry_for = (*StudioTask.autoretry_for, RetryableError)
+    autoretry_for = (RetryableError,)
     dont_autoretry_for = (PeerUnavailable,)
     waits_for_peers = True
     retry_backoff = 2
@@ -163,7 +177,7 @@ class GpuStepTask(StudioTask):
     step: Step
     deliveries_counted_by_lease = True
     autoretry_for = (Exception,)
-    dont_autoretry_for = (Ignore, Reject, PermanentError)
+    dont_autoretry_for = (Ignore, Reject, PermanentError, *DATABASE_AWAY)
 
     @property
     def max_retries(self) -> int:  # type: ignore[override]

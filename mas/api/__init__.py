@@ -1,0 +1,35 @@
+"""The studio as a service: a versioned JSON API (`/api/v1`) served by `mas serve` beside the gallery.
+
+The gallery's gate authenticates every request (basic auth, or `Authorization: Bearer MAS_API_TOKEN`;
+refused without credentials off loopback); the OpenAPI document is at `/api/v1/openapi.json`, its reference at
+`/api/v1/docs`. Errors are problem details (`mas.api.problems`).
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI
+from fastapi.security import HTTPBasic, HTTPBearer
+
+from mas.api import problems
+from mas.api.routes import router
+from mas.config import Settings
+
+VERSION = "1"
+
+
+def create_api(settings: Settings) -> FastAPI:
+    """The API app for `settings` (mounted by the gallery at /api/v1)."""
+    # declared for the OpenAPI document (client generators learn how to authenticate); the gallery's gate
+    # enforces them before a route runs
+    documented = [Depends(HTTPBasic(auto_error=False)), Depends(HTTPBearer(auto_error=False))]
+    api = FastAPI(
+        title="mas studio API",
+        version=VERSION,
+        description="Submit and follow video production, act on batches, pick A/B winners, read memory.",
+        dependencies=documented,
+        servers=[{"url": "/api/v1"}],
+    )
+    api.state.settings = settings
+    api.include_router(router)
+    problems.install(api)
+    return api

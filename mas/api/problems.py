@@ -1,0 +1,83 @@
+"""Errors as problem details (RFC 9457, `application/problem+json`) carrying the studio's distinction: a
+retryable error (a server away, a busy key) is a 503 or 409 with `retryable: true`; a permanent one says what
+to change. Bad input is always a 4xx and changes nothing; nothing the studio raises on purpose is a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from mas.errors import InvalidInput, InvalidSettings, PeerUnavailable, RetryableError, StudioError
+
+MEDIA_TYPE = "application/problem+json"
+TITLES = {400: "Bad request", 401: "Unauthorized", 404: "Not found", 405: "Method not allowed", 409: "Conflict",
+          422: "Invalid request", 503: "Unavailable"}  # fmt: skip
+
+
+class NotFound(StudioError):
+    """No such batch, video, A/B test or block."""
+
+
+class Conflict(StudioError):
+    """The request is well formed but the thing is in no state for it (a closed test, a finished batch)."""
+
+
+def problem(status: int, detail: str, *, kind: str, retryable: bool = False, **extra: Any) -> JSONResponse:
+    body = {
+        "type": f"urn:mas:problem:{kind}",
+        "title": TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "retryable": retryable,
+        **{k: v for k, v in extra.items() if v is not None},
+    }
+    headers = {"Retry-After": "5"} if retryable and status == 503 else None
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def status_of(exc: StudioError) -> tuple[int, str]:
+    """The HTTP status and problem kind of a studio error."""
+    if isinstance(exc, NotFound):
+        return 404, "not-found"
+    if isinstance(exc, Conflict):
+        return 409, "conflict"
+    if isinstance(exc, PeerUnavailable):
+        return 503, "unavailable"
+    if isinstance(exc, RetryableError):
+        return 409, "busy"
+    if isinstance(exc, InvalidInput):
+        return 422, "invalid-input"
+    if isinstance(exc, InvalidSettings):
+        return 409, "not-configured"
+    return 409, "refused"
+
+
+def install(app: FastAPI) -> None:
+    """Every error of the API answers as a problem."""
+
+    async def studio_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StudioError)
+        status, kind = status_of(exc)
+        return problem(status, str(exc), kind=kind, retryable=exc.retryable)
+
+    async def invalid_body(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            {"where": ".".join(str(part) for part in error.get("loc", ())), "message": error.get("msg", "")}
+            for error in exc.errors()
+        ]
+        detail = "; ".join(f"{e['where']}: {e['message']}" for e in errors) or "the request is not valid"
+        return problem(422, detail, kind="invalid-request", errors=errors)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        detail = f"there is nothing at {request.url.path}" if exc.detail == "Not Found" else str(exc.detail)
+        return problem(exc.status_code, detail, kind="http")
+
+    app.add_exception_handler(StudioError, studio_error)
+    app.add_exception_handler(RequestValidationError, invalid_body)
+    app.add_exception_handler(HTTPException, http_error)

@@ -1,0 +1,200 @@
+"""The JSON API's bodies: what a client sends and gets back, as pydantic models (the OpenAPI document is made
+from them). Each model says what it is for; each field has its description."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mas.models import ABTest, Attempt, Batch, Video
+
+
+class Strict(BaseModel):
+    """A request body: an unknown field is an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class BatchRequest(Strict):
+    """Submit work: a batch from a request in words (`request`) or from its parts, a series' next episodes,
+    or an A/B test; now or at a time; for a user; with a webhook for its events."""
+
+    kind: Literal["batch", "series", "ab"] = Field(default="batch", description="What to make.")
+    request: str | None = Field(
+        default=None,
+        description='kind batch: the request as a person writes it, e.g. "Create 3 videos of mythical creatures" '
+        "(or give count and theme instead).",
+        examples=["Create 3 videos of mythical creatures"],
+    )
+    theme: str | None = Field(default=None, description="kind batch: what the videos are of (with count).")
+    series_name: str | None = Field(default=None, description="kind series: the series, taken whole.")
+    concept: str | None = Field(default=None, description="kind ab: the concept whose variations are compared.")
+    count: int | None = Field(
+        default=None, ge=1, description="Videos (batch), episodes (series, default 1) or variations (ab, default 3)."
+    )
+    priority: Literal["high", "normal"] | None = Field(
+        default=None, description="high goes to the urgent queues; default: high for an A/B test, else normal."
+    )
+    user: str | None = Field(default=None, description="Whose taste the videos are made for (default: the studio's).")
+    at: datetime | None = Field(
+        default=None, description="Start the batch at this time (with a time zone) instead of now: a schedule."
+    )
+    notify_url: str | None = Field(
+        default=None, description="A webhook receiver for this request's events (needs MAS_WEBHOOK_SECRET)."
+    )
+
+
+class Submitted(BaseModel):
+    """What a submit made: a batch (sent at once) or a schedule (a batch at its time)."""
+
+    batch_id: int | None = Field(description="The batch, when it was started now.")
+    schedule_id: int | None = Field(description="The schedule, when it starts later.")
+    replayed: bool = Field(description="True when an earlier submit with the same Idempotency-Key made it.")
+
+
+class AttemptOut(BaseModel):
+    number: int
+    prompt: str
+    grade: str | None
+    scores: dict[str, Any]
+    failure_reasons: list[Any]
+    render_seconds: float | None
+    output: str | None = Field(description="Where the storage keeps this attempt's video.")
+
+    @classmethod
+    def of(cls, row: Attempt) -> AttemptOut:
+        return cls(
+            number=row.number,
+            prompt=row.prompt,
+            grade=row.grade,
+            scores=row.scores or {},
+            failure_reasons=row.failure_reasons or [],
+            render_seconds=row.render_seconds,
+            output=row.output_path,
+        )
+
+
+class VideoOut(BaseModel):
+    id: int
+    batch_id: int
+    position: int
+    concept: str
+    label: str | None = Field(description="The A/B variation's label, in an A/B test.")
+    state: str = Field(description="waiting, writing, rendering, grading, reviewing, accepted, failed, cancelled.")
+    attempts: int
+    grade: str | None
+    failure_reasons: list[Any]
+    file_url: str | None = Field(description="The video, served by this server (relative URL), once it exists.")
+    attempt_history: list[AttemptOut] | None = Field(default=None, description="Every attempt (one video's page).")
+
+    @classmethod
+    def of(cls, row: Video, *, with_attempts: bool = False) -> VideoOut:
+        return cls(
+            id=row.id,
+            batch_id=row.batch_id,
+            position=row.position,
+            concept=row.concept,
+            label=row.label,
+            state=row.state.value,
+            attempts=row.attempt_count,
+            grade=row.grade,
+            failure_reasons=row.failure_reasons or [],
+            file_url=f"/api/v1/videos/{row.id}/file" if row.output_path else None,
+            attempt_history=[AttemptOut.of(a) for a in row.attempts] if with_attempts else None,
+        )
+
+
+class BatchOut(BaseModel):
+    id: int
+    kind: str
+    request: str
+    status: str = Field(description="queued, running, paused, done, failed, cancelled.")
+    priority: str
+    user: str
+    total: int
+    done: int = Field(description="Videos accepted or failed.")
+    accepted: int
+    failure_reason: str | None
+    ab_test_id: int | None
+    created_at: datetime
+    videos: list[VideoOut] | None = Field(default=None, description="The batch's videos (one batch's page).")
+
+    @classmethod
+    def of(cls, row: Batch, videos: list[Video] | None = None, *, done: int = 0, accepted: int = 0) -> BatchOut:
+        if videos is not None:
+            done = sum(v.state.value in ("accepted", "failed", "cancelled") for v in videos)
+            accepted = sum(v.state.value == "accepted" for v in videos)
+        return cls(
+            id=row.id,
+            kind=row.kind,
+            request=row.request,
+            status=row.status.value,
+            priority=row.priority,
+            user=row.user_name,
+            total=row.total,
+            done=done,
+            accepted=accepted,
+            failure_reason=row.failure_reason,
+            ab_test_id=row.ab_test_id,
+            created_at=row.created_at,
+            videos=[VideoOut.of(v) for v in videos] if videos is not None else None,
+        )
+
+
+class VariationOut(BaseModel):
+    label: str
+    approach: str
+    video: VideoOut | None
+
+
+class ABTestOut(BaseModel):
+    id: int
+    concept: str
+    status: str = Field(description="open (waiting for a pick) or closed.")
+    user: str
+    ready: bool = Field(description="Every variation is finished: it can be picked.")
+    winner: str | None
+    expected: str | None = Field(description="The variation the studio expected the user to pick (once picked).")
+    variations: list[VariationOut]
+
+    @classmethod
+    def of(cls, row: ABTest, videos: dict[int, Video]) -> ABTestOut:
+        variations = [
+            VariationOut(
+                label=v.label,
+                approach=v.approach,
+                video=VideoOut.of(videos[v.video_id]) if v.video_id in videos else None,
+            )
+            for v in row.variations
+        ]
+        ready = all(v.video is not None and v.video.state in ("accepted", "failed") for v in variations)
+        return cls(
+            id=row.id,
+            concept=row.concept,
+            status=row.status,
+            user=row.user_name,
+            ready=ready,
+            winner=row.winner_label,
+            expected=row.expected_label,
+            variations=variations,
+        )
+
+
+class Pick(Strict):
+    """The user's winner of an A/B test."""
+
+    label: str = Field(min_length=1, max_length=8, description="The chosen variation's label, e.g. A.")
+    user: str | None = Field(default=None, description="Whose pick it is (default: the studio's user).")
+
+
+class Problem(BaseModel):
+    """An error (RFC 9457 problem details, media type application/problem+json)."""
+
+    type: str = Field(description="A URN naming the kind of problem.")
+    title: str
+    status: int
+    detail: str = Field(description="What went wrong, for a person.")
+    retryable: bool = Field(description="Whether the same request may succeed later (the studio's error tree).")
+    errors: list[dict[str, Any]] | None = Field(default=None, description="Each invalid field, for a bad body.")

@@ -1,0 +1,236 @@
+"""Delivering the webhook outbox (`mas.events`) to other programs: signed, at least once, in order per batch
+and receiver, and never in the pipeline's way.
+
+Each event is signed by the Standard Webhooks scheme (headers `webhook-id`, `webhook-timestamp`,
+`webhook-signature`: an HMAC-SHA256 of "id.timestamp.body" under MAS_WEBHOOK_SECRET). Its id is the same on
+every try, so a receiver drops repeats. A deliverer claims due rows with `FOR UPDATE SKIP LOCKED` in a short
+transaction that also moves their next try past the time a send may take, so two deliverers never send one
+row at once and a deliverer killed mid-send leaves its rows due again a moment later; it then sends with no
+transaction open, all of a round's events at once, and records each answer. A 2xx answer delivers the event;
+anything else backs it off (2 s, doubling, at most an hour, with jitter) until MAS_WEBHOOK_MAX_ATTEMPTS tries
+are spent and it is given up. A receiver's failure is recorded, never raised.
+
+A batch's events reach a receiver in the order they were written: an event is due only when every earlier
+event of its batch and receiver is delivered or given up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.orm import aliased
+from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
+
+from mas.config import Settings
+from mas.db import session_scope
+from mas.errors import InvalidSettings, StudioError
+from mas.models import WebhookEvent
+from mas.redaction import redact_text, redact_url
+
+log = logging.getLogger(__name__)
+
+FIRST_BACKOFF_S = 2.0
+"""The wait after a first failed try; each further failure doubles it."""
+
+MAX_BACKOFF_S = 3600.0
+"""The longest wait between two tries of one event."""
+
+MAX_SENDERS = 8
+"""Events of one round sent at once: a slow receiver costs a round one timeout per wave, not one per event."""
+
+CLAIM_MARGIN_S = 5.0
+"""Added to the time a round's sends may take (MAS_WEBHOOK_TIMEOUT_SECONDS per wave of MAX_SENDERS) when a
+claim moves its events' next try ahead, so no other deliverer sends them meanwhile."""
+
+ERROR_CHARS = 300
+"""How much of a failure's description is kept."""
+
+
+class WebhookError(StudioError):
+    """Webhook delivery could not run (a receiver's failure is not one: it is recorded on its event)."""
+
+
+class SigningSecretUnusable(WebhookError, InvalidSettings):
+    """Events wait to be delivered, but MAS_WEBHOOK_SECRET is not set or is not whsec_ + base64."""
+
+
+@dataclass(kw_only=True)
+class DeliveryReport:
+    """What one or more rounds of delivery did, by event id."""
+
+    delivered: list[str] = field(default_factory=list)
+    retrying: list[str] = field(default_factory=list)  # failed this try, tried again later
+    failed: list[str] = field(default_factory=list)  # failed this try, its last: given up
+
+    @property
+    def tried(self) -> int:
+        return len(self.delivered) + len(self.retrying) + len(self.failed)
+
+    def add(self, other: DeliveryReport) -> None:
+        self.delivered += other.delivered
+        self.retrying += other.retrying
+        self.failed += other.failed
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Claimed:
+    """An event as the claim read it: what is sent, and the tries it had."""
+
+    seq: int
+    id: str
+    url: str
+    payload: dict[str, Any]
+    attempts: int
+
+
+def signer(settings: Settings) -> Webhook:
+    """The Standard Webhooks signer of MAS_WEBHOOK_SECRET."""
+    if settings.webhook_secret is None:
+        raise SigningSecretUnusable("webhook events wait to be delivered but MAS_WEBHOOK_SECRET is not set")
+    try:
+        return Webhook(settings.webhook_secret.get_secret_value())
+    except (ValueError, EmptyWebhookSecretError):
+        raise SigningSecretUnusable("MAS_WEBHOOK_SECRET must be whsec_ followed by base64 (of random bytes)") from None
+
+
+def backoff_seconds(attempts: int) -> float:
+    """The wait after the `attempts`-th failed try: 2 s doubling up to an hour, less up to a fifth at random so
+    events that failed together spread out."""
+    return min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** min(attempts - 1, 20)) * random.uniform(0.8, 1.0)
+
+
+def deliver_due(settings: Settings, *, limit: int = 50) -> DeliveryReport:
+    """One round: claim up to `limit` due events, send them, record each answer. Raises only when delivery
+    cannot run at all (no usable secret, the database away), never for a receiver."""
+    report = DeliveryReport()
+    try:
+        webhook = signer(settings)
+    except SigningSecretUnusable:
+        if pending(settings, limit=1):  # a studio without webhooks has no secret and nothing to send
+            raise
+        return report
+    claimed = _claim(settings, limit=limit)
+    if not claimed:
+        return report
+    with (
+        httpx.Client(timeout=settings.webhook_timeout_seconds, headers={"user-agent": "mas-webhooks"}) as client,
+        ThreadPoolExecutor(max_workers=min(MAX_SENDERS, len(claimed))) as pool,
+    ):
+        errors = list(pool.map(lambda event: _send(client, webhook, event), claimed))
+    secrets = settings.secret_values()
+    with session_scope(settings) as session:
+        for event, error in zip(claimed, errors, strict=True):
+            shown = None if error is None else redact_text(error, secrets)[:ERROR_CHARS]
+            _record(session, settings, event, shown, report)
+    return report
+
+
+def _due(limit: int) -> sa.Select:
+    """Events to try now, oldest first, each the earliest unfinished one of its batch and receiver; rows
+    another deliverer is claiming are skipped."""
+    event, earlier = WebhookEvent, aliased(WebhookEvent)
+    unfinished = sa.and_(event.delivered_at.is_(None), event.failed_at.is_(None))
+    waits_on_earlier = sa.exists().where(
+        earlier.url == event.url,
+        earlier.batch_id.is_not_distinct_from(event.batch_id),
+        earlier.seq < event.seq,
+        earlier.delivered_at.is_(None),
+        earlier.failed_at.is_(None),
+    )
+    return (
+        sa.select(event)
+        .where(unfinished, event.next_attempt_at <= sa.func.now(), ~waits_on_earlier)
+        .order_by(event.seq)
+        .limit(limit)
+        .with_for_update(of=event, skip_locked=True)
+    )
+
+
+def _claim(settings: Settings, *, limit: int) -> list[_Claimed]:
+    """Lock the due events and move their next try past this send (committed at once: no transaction stays
+    open while receivers are called)."""
+    waves = -(-limit // MAX_SENDERS)
+    hold = timedelta(seconds=waves * settings.webhook_timeout_seconds + CLAIM_MARGIN_S)
+    with session_scope(settings) as session:
+        rows = session.scalars(_due(limit)).all()
+        claimed = [_Claimed(seq=r.seq, id=r.id, url=r.url, payload=r.payload, attempts=r.attempts) for r in rows]
+        if claimed:
+            seqs = [event.seq for event in claimed]
+            session.execute(
+                sa.update(WebhookEvent)
+                .where(WebhookEvent.seq.in_(seqs))
+                .values(next_attempt_at=sa.func.now() + hold)
+                .execution_options(synchronize_session=False)
+            )
+        return claimed
+
+
+def _send(client: httpx.Client, webhook: Webhook, event: _Claimed) -> str | None:
+    """POST one signed event; None when the receiver took it (2xx), else what went wrong."""
+    body = json.dumps(event.payload, separators=(",", ":"))
+    now = datetime.now(UTC)
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": event.id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": webhook.sign(event.id, now, body),
+    }
+    try:
+        with client.stream("POST", event.url, content=body.encode(), headers=headers) as response:
+            status = response.status_code  # the body is not read: a receiver's answer is its status
+    except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    return None if 200 <= status < 300 else f"HTTP {status}"
+
+
+def _record(session, settings: Settings, event: _Claimed, error: str | None, report: DeliveryReport) -> None:
+    """The answer of one try: delivered, or backed off, or given up once its tries are spent."""
+    tries = event.attempts + 1
+    values: dict[str, Any] = {"attempts": WebhookEvent.attempts + 1}
+    if error is None:
+        values["delivered_at"] = sa.func.now()
+        report.delivered.append(event.id)
+    elif tries >= settings.webhook_max_attempts:
+        values.update(failed_at=sa.func.now(), last_error=error)
+        report.failed.append(event.id)
+        log.warning("webhook %s to %s given up after %d tries: %s", event.id, redact_url(event.url), tries, error)
+    else:
+        wait = timedelta(seconds=backoff_seconds(tries))
+        values.update(next_attempt_at=sa.func.now() + wait, last_error=error)
+        report.retrying.append(event.id)
+        log.info(
+            "webhook %s to %s failed (try %d), again in %.0f s: %s",
+            event.id,
+            redact_url(event.url),
+            tries,
+            wait.total_seconds(),
+            error,
+        )
+    session.execute(
+        sa.update(WebhookEvent)
+        .where(WebhookEvent.seq == event.seq, WebhookEvent.delivered_at.is_(None), WebhookEvent.failed_at.is_(None))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def pending(settings: Settings, *, limit: int = 100) -> list[WebhookEvent]:
+    """Events not delivered yet and not given up, oldest first (`mas webhooks`)."""
+    with session_scope(settings) as session:
+        query = sa.select(WebhookEvent).where(WebhookEvent.delivered_at.is_(None), WebhookEvent.failed_at.is_(None))
+        return list(session.scalars(query.order_by(WebhookEvent.seq).limit(limit)))
+
+
+def failed(settings: Settings, *, limit: int = 100) -> list[WebhookEvent]:
+    """Events given up after MAS_WEBHOOK_MAX_ATTEMPTS tries, newest first (`mas webhooks`)."""
+    with session_scope(settings) as session:
+        query = sa.select(WebhookEvent).where(WebhookEvent.failed_at.is_not(None))
+        return list(session.scalars(query.order_by(WebhookEvent.seq.desc()).limit(limit)))
