@@ -51,16 +51,30 @@ def test_secrets_never_shown(monkeypatch):
 
 
 def test_migrations_down_and_up(settings, engine):
-    db.downgrade(engine, "base")
-    with engine.connect() as conn:
-        assert "videos" not in sa.inspect(conn).get_table_names()
-    db.migrate(engine)
-    with engine.connect() as conn:
-        insp = sa.inspect(conn)
-        assert {"batches", "videos", "attempts", "memory_blocks", "archival_passages"} <= set(insp.get_table_names())
-        indexes = {i["name"]: i for i in insp.get_indexes("archival_passages")}
-        assert "ix_archival_embedding_hnsw" in indexes
-        assert conn.execute(sa.text("select extversion from pg_extension where extname='vector'")).scalar()
+    """Up from nothing, down to nothing and up again, in a scratch database of the same server (the session's
+    workers keep theirs: tables dropped under them would break their cached statements)."""
+    name = f"mas_migrations_{os.getpid()}"
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text(f"drop database if exists {name}"))
+        conn.execute(sa.text(f"create database {name}"))
+    scratch = sa.create_engine(engine.url.set(database=name))
+    try:
+        db.migrate(scratch)
+        db.downgrade(scratch, "base")
+        with scratch.connect() as conn:
+            assert "videos" not in sa.inspect(conn).get_table_names()
+        db.migrate(scratch)
+        with scratch.connect() as conn:
+            insp = sa.inspect(conn)
+            tables = set(insp.get_table_names())
+            assert {"batches", "videos", "attempts", "memory_blocks", "archival_passages", "webhook_events"} <= tables
+            indexes = {i["name"]: i for i in insp.get_indexes("archival_passages")}
+            assert "ix_archival_embedding_hnsw" in indexes
+            assert conn.execute(sa.text("select extversion from pg_extension where extname='vector'")).scalar()
+    finally:
+        scratch.dispose()
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(f"drop database if exists {name}"))
 
 
 def _video(session) -> int:
