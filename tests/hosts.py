@@ -251,9 +251,13 @@ class Host:
         _run(["ip", "link", "set", self.veth, "down"])
 
     def heal(self, timeout: float = 10) -> None:
-        """Plug the cable back and wait until the bridge forwards the host's packets again."""
+        """Plug the cable back and wait until the bridge forwards the host's packets again. Neighbour entries
+        that failed while the cable was out are forgotten on both sides, so the first packet asks again instead
+        of meeting "no route to host"."""
         _run(["ip", "link", "set", self.veth, "up"])
         wait_for(self._forwarding, timeout=timeout, what=f"host {self.name}'s link to come up")
+        _run(["ip", "-n", self.netns, "neigh", "flush", "all"], check=False)
+        _run(["ip", "neigh", "flush", "dev", self.network.bridge], check=False)
 
     def command(self, argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None) -> list[str]:
         """The command line that runs `argv` on this host (network + private mount namespace), in `cwd`
