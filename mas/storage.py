@@ -55,6 +55,9 @@ class Storage(Protocol):
     def local_file(self, key: str) -> Path | None:
         """A readable local copy of `key`, or None when nothing is stored under it."""
 
+    def exists(self, key: str) -> bool:
+        """Whether something is stored under `key`, without copying it here (a page listing videos)."""
+
     def where(self) -> str:
         """For people: where videos are stored."""
 
@@ -98,6 +101,9 @@ class FolderStorage:
             return None
         path = (self.root / key).resolve()
         return path if path.is_file() else None
+
+    def exists(self, key: str) -> bool:
+        return self.local_file(key) is not None
 
     def where(self) -> str:
         return f"under {self.root}"
@@ -162,6 +168,23 @@ class S3Storage:
         finally:
             Path(partial).unlink(missing_ok=True)
         return cached
+
+    def exists(self, key: str) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if not _safe_key(key):
+            return False
+        if (self.cache / key).is_file():
+            return True
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._object(key))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise _failed(f"look for {key} in s3://{self.bucket}", exc) from exc
+        except BotoCoreError as exc:
+            raise _failed(f"look for {key} in s3://{self.bucket}", exc) from exc
+        return True
 
     def where(self) -> str:
         return f"in s3://{self.bucket}/{self.prefix}"

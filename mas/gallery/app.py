@@ -280,7 +280,7 @@ def _served_file(settings: Settings, video: Video) -> tuple[str | None, str]:
     key = storage(settings).key_of(video.output_path)
     if key is None:
         return None, "its file is outside the output folder and is not served"
-    if storage(settings).local_file(key) is None:
+    if not storage(settings).exists(key):  # a bucket's video is downloaded only when it is played
         return None, f"its file {key.rsplit('/', 1)[-1]} is missing"
     return key, ""
 

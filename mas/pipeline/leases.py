@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -33,6 +33,10 @@ from mas.errors import PermanentError, RetryableError
 
 log = logging.getLogger(__name__)
 
+
+LATE_BEATS = 2
+"""A heartbeat this many beats late says its holder stopped (killed, cut off): shown as waiting on recovery,
+and taken over by `mas recover` when its worker does not answer either."""
 
 KEY_CHARS = 12
 """Length of `Lease.key` (hex digits of the claim's token)."""
@@ -151,7 +155,7 @@ def holdings(settings: Settings) -> list[Holding]:
                 "select video_id, step, worker, heartbeat_at >= now() - make_interval(secs => :late) as beating "
                 "from step_leases where token is not null order by video_id"
             ),
-            dict(late=2 * settings.lease_heartbeat_seconds),
+            dict(late=LATE_BEATS * settings.lease_heartbeat_seconds),
         ).all()
     return [
         Holding(video_id=r.video_id, step=r.step, worker=r.worker.split("/", 1)[0], beating=r.beating) for r in rows
@@ -194,47 +198,44 @@ def take_over_predecessors(settings: Settings, nodename: str) -> set[int]:
     worker killed and started again), so their steps are re-sent now rather than when their heartbeat
     expires. Returns their videos. A node name is one worker on one machine, so its holders' process ids
     are this machine's."""
-    with ready_engine(settings).begin() as conn:
-        rows = conn.execute(
-            sa.text(
-                "select video_id, attempt, step, worker from step_leases "
-                "where token is not null and split_part(worker, '/', 1) = :node"
-            ),
-            dict(node=nodename),
-        ).all()
-        gone = [row for row in rows if not _process_alive(row.worker)]
-        for row in gone:
-            _expire(conn, settings, video_id=row.video_id, attempt=row.attempt, step=row.step)
-    return {row.video_id for row in gone}
+    return _end_held(
+        settings,
+        where="split_part(worker, '/', 1) = :node",
+        params=dict(node=nodename),
+        gone=lambda worker: not _process_alive(worker),
+    )
 
 
 def expire_unanswered(settings: Settings, answering: set[str]) -> set[int]:
     """End the live leases whose worker did not answer (`answering`: the node names that did) and whose
-    heartbeat has missed a beat: that worker is gone or cut off. For `mas recover`: a person asks for the
-    work to be taken over now; a worker that is alive and answering keeps its leases."""
+    heartbeat is late (as `holdings` says): that worker is gone or cut off. For `mas recover`: a person asks
+    for the work to be taken over now; a worker that is alive and answering keeps its leases."""
+    return _end_held(
+        settings,
+        where="heartbeat_at < now() - make_interval(secs => :late)",
+        params=dict(late=LATE_BEATS * settings.lease_heartbeat_seconds),
+        gone=lambda worker: worker.split("/", 1)[0] not in answering,
+    )
+
+
+def _end_held(settings: Settings, *, where: str, params: dict, gone: Callable[[str], bool]) -> set[int]:
+    """Date back past the expiry the heartbeat of each held lease matching `where` whose holder is `gone`:
+    the lease is dead, as if its holder had stopped beating. Returns their videos."""
     with ready_engine(settings).begin() as conn:
         rows = conn.execute(
-            sa.text(
-                "select video_id, attempt, step, worker from step_leases where token is not null "
-                "and heartbeat_at < now() - make_interval(secs => :missed)"
-            ),
-            dict(missed=1.5 * settings.lease_heartbeat_seconds),
+            sa.text(f"select video_id, attempt, step, worker from step_leases where token is not null and {where}"),
+            params,
         ).all()
-        gone = [row for row in rows if row.worker.split("/", 1)[0] not in answering]
-        for row in gone:
-            _expire(conn, settings, video_id=row.video_id, attempt=row.attempt, step=row.step)
-    return {row.video_id for row in gone}
-
-
-def _expire(conn: sa.Connection, settings: Settings, *, video_id: int, attempt: int, step: str) -> None:
-    """Date the heartbeat back past the expiry: the lease is dead, as if its holder had stopped beating."""
-    conn.execute(
-        sa.text(
-            "update step_leases set heartbeat_at = now() - make_interval(secs => :expiry + 1) "
-            "where video_id = :v and attempt = :a and step = :s and token is not null"
-        ),
-        dict(v=video_id, a=attempt, s=step, expiry=settings.lease_expiry_seconds),
-    )
+        ended = [row for row in rows if gone(row.worker)]
+        for row in ended:
+            conn.execute(
+                sa.text(
+                    "update step_leases set heartbeat_at = now() - make_interval(secs => :expiry + 1) "
+                    "where video_id = :v and attempt = :a and step = :s and token is not null"
+                ),
+                dict(v=row.video_id, a=row.attempt, s=row.step, expiry=settings.lease_expiry_seconds),
+            )
+    return {row.video_id for row in ended}
 
 
 def _process_alive(worker: str) -> bool:
