@@ -147,6 +147,12 @@ class Attempt(Base):
     failure_reasons: Mapped[list] = mapped_column(JSONB, default=list)
     render_seconds: Mapped[float | None] = mapped_column(Float)
     render_id: Mapped[str | None] = mapped_column(String(36))  # the render server's id of this attempt's job
+    # who wrote the prompt: model | repaired (the studio added or removed words) | studio (its own prompt)
+    prompt_source: Mapped[str] = mapped_column(String(16), default="model", server_default="model")
+    review_source: Mapped[str | None] = mapped_column(String(16))  # model | studio (the rule alone decided)
+    studio_notes: Mapped[list] = mapped_column(JSONB, default=list, server_default="[]")  # why it stepped in
+    # the prompt against the user's style when written: {"applied": bool, "missing": [...], "disliked": [...]}
+    style_check: Mapped[dict | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now_column()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

@@ -16,6 +16,7 @@ from celery.exceptions import Ignore
 from sqlalchemy.orm import Session
 
 from mas import agents, names
+from mas.agents import style
 from mas.agents.roles import Draft, Plan, PlannedVideo, Verdict, WriterBrief
 from mas.db import session_scope
 from mas.learning import ab_design
@@ -180,6 +181,15 @@ class VideoFacts:
     in_series: bool
     approach: str
     previous_failures: list[str]
+    previous_prompt: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Written:
+    """The Writer's draft and how it stands against the user's style (checked whatever the backend)."""
+
+    draft: Draft
+    style_check: dict
 
 
 class Write:
@@ -187,25 +197,24 @@ class Write:
 
     def prepare(self, run: StepRun, session: Session, video: Video) -> VideoFacts:
         approach = session.scalar(sa.select(ABVariation.approach).where(ABVariation.video_id == video.id)) or ""
-        previous = (
-            session.scalar(
-                sa.select(Attempt.failure_reasons).where(
-                    Attempt.video_id == video.id, Attempt.number == run.attempt - 1
-                )
-            )
-            or []
+        previous = session.scalar(
+            sa.select(Attempt).where(Attempt.video_id == video.id, Attempt.number == run.attempt - 1)
         )
         return VideoFacts(
             concept=video.concept,
             in_series=video.batch.series_id is not None,
             approach=approach,
-            previous_failures=list(previous),
+            previous_failures=list(previous.failure_reasons or []) if previous else [],
+            previous_prompt=previous.prompt if previous else "",
         )
 
-    def work(self, run: StepRun, facts: VideoFacts) -> Draft:
-        return agents.backend(run.settings).writer.write(_brief(run.settings, facts, run.attempt, run.video_id))
+    def work(self, run: StepRun, facts: VideoFacts) -> Written:
+        brief = _brief(run.settings, facts, run.attempt, run.video_id)
+        draft = agents.backend(run.settings).writer.write(brief)
+        return Written(draft=draft, style_check=style.check(draft.prompt, brief.user_style).as_json())
 
-    def record(self, run: StepRun, session: Session, video: Video, draft: Draft) -> Outcome:
+    def record(self, run: StepRun, session: Session, video: Video, written: Written) -> Outcome:
+        draft = written.draft
         session.add(
             Attempt(
                 video_id=video.id,
@@ -214,6 +223,9 @@ class Write:
                 negative_prompt=draft.negative_prompt,
                 seed=draft.seed,
                 backend=run.settings.video_backend,
+                prompt_source=draft.source,
+                studio_notes=[f"prompt: {draft.note}"] if draft.note else [],
+                style_check=written.style_check,
             )
         )
         blocks.update(run.settings, "production_queue", {"IN_PROGRESS": str(video.id)}, actor="writer", session=session)
@@ -250,6 +262,7 @@ def _brief(settings, facts: VideoFacts, attempt: int, video_id: int) -> WriterBr
         past_successes=successes,
         past_failures=failures,
         previous_failures=facts.previous_failures,
+        previous_prompt=facts.previous_prompt,
         approach=facts.approach,
         video_id=video_id,
     )
@@ -309,6 +322,9 @@ class Review:
         settings, attempt = run.settings, run.attempt
         row = states.attempt_row(session, video.id, attempt)
         row.failure_reasons = list(dict.fromkeys([*row.failure_reasons, *verdict.failure_reasons]))
+        row.review_source = verdict.source
+        if verdict.note:
+            row.studio_notes = [*row.studio_notes, f"review: {verdict.note}"]
         done = {"grade": row.grade, "score": row.scores.get("total"), "output_path": row.output_path}
         if verdict.failure_reasons:
             blocks.update(

@@ -118,6 +118,20 @@ def test_multi_round_refinement_gives_up_after_max_retries(clean, workers):
     assert queue["BATCH_COMPLETE"] == 2  # the batch went on and finished
 
 
+def test_wait_exits_non_zero_with_the_counts_when_a_video_failed(clean, workers):
+    assert run_cli("memory", "set", "quality_standards", "MIN_ACCEPTABLE_GRADE", "A").exit_code == 0
+    assert run_cli("memory", "set", "quality_standards", "MAX_RETRIES", "1").exit_code == 0
+    # palette adherence of an unnamed-colour prompt stays below A whatever the Writer adds
+    result = run_cli("enqueue", "--wait", "Create 2 videos of an orange, red and green carnival")
+    batch_id = int(result.output.split()[1].rstrip(":"))
+    states = [v.state for v in videos_of(clean, batch_id)]
+    accepted, failed = states.count(VideoState.accepted), states.count(VideoState.failed)
+    assert failed >= 1 and result.exit_code == 1, result.output
+    counts = f"{accepted} accepted, {failed} failed of 2 videos"
+    assert result.output.strip().splitlines()[-1].endswith(f"batch {batch_id} done: {counts}"), result.output
+    assert counts in run_cli("status", str(batch_id)).output
+
+
 def test_content_series_continues_across_sessions(clean, workers):
     result = run_cli("series", "Mythical Guardians", "--episodes", "2")
     assert result.exit_code == 0, result.output

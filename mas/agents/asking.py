@@ -8,17 +8,28 @@ here once, so both backends behave the same way and are tested the same way.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from mas.agents.protocol import Question
+from mas.agents import checks, offline, style
+from mas.agents.protocol import (
+    CONSOLIDATE_TOKENS,
+    PLAN_TOKENS,
+    PLAN_TOKENS_PER_VIDEO,
+    REVIEW_TOKENS,
+    STYLE_TOKENS,
+    WRITE_TOKENS,
+    Question,
+)
 from mas.agents.replies import (
     CandidatesReply,
     ConsolidationReply,
     DraftReply,
+    NoValidReply,
     PlanReply,
     StyleReply,
     VerdictReply,
@@ -33,7 +44,7 @@ from mas.agents.roles import (
     WriterBrief,
     draft_seed,
 )
-from mas.config import grade_at_least
+from mas.palette import COLORS
 from mas.pipeline.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
@@ -51,8 +62,25 @@ Ranker = Callable[[str, Sequence[str]], list[float]]
 """(concept, candidate prompts) -> a score per candidate, higher is what the user is likelier to pick."""
 
 
+PLAN_SHAPE = (
+    '{"videos": [{"concept": str, "approach": str}], "series_style": str, '
+    '"consistency_rules": [str], "series_elements": [str]}'
+)
+STYLE_SHAPE = '{"colors": str, "moods": str, "themes": str, "pacing": str, "disliked": [str]}'
+STYLE_RULES = (
+    "comma-separated words for colors, moods, themes and pacing, empty when not mentioned; "
+    "disliked: the opposite aesthetics the feedback rules out."
+)
+
+
 class AskingDirector:
-    """Plans batches, series and A/B tests, and reads style feedback."""
+    """Plans batches, series and A/B tests, and reads style feedback.
+
+    The plan keeps the studio's promises whatever the model says: as many videos as asked, each concept
+    distinct and about the theme (an echo or a repeat is replaced by the studio's concept for that place);
+    a plan that never validates is the studio's. Style feedback keeps what the studio's own reader finds,
+    and adds only what the model read in the feedback itself.
+    """
 
     def __init__(self, asker: Asker) -> None:
         self._asker = asker
@@ -63,46 +91,108 @@ class AskingDirector:
             "series": f"kind series: episodes {episodes_done + 1} to {episodes_done + request.count} of "
             "one story; give the series style, consistency rules and recurring elements.",
         }.get(request.kind, "approach empty.")
-        reply = self._asker.ask(
-            Question(
-                task="plan",
-                payload={"request": request.to_json(), "episodes_done": episodes_done},
-                shape='{"videos": [{"concept": str, "approach": str}], "series_style": str, '
-                '"consistency_rules": [str], "series_elements": [str]}',
-                reply=PlanReply,
-                rules=rules,
-                context={"count": request.count},
-                batch_id=batch_id,
-            )
-        )
-        assert isinstance(reply, PlanReply)
-        return Plan(
-            videos=[
-                PlannedVideo(  # the studio's labels, in order
-                    concept=v.concept,
-                    label=chr(ord("A") + i) if request.kind == "ab" else None,
-                    approach=v.approach,
+        studio = offline.studio_plan(request, episodes_done=episodes_done)
+        try:
+            reply = self._asker.ask(
+                Question(
+                    task="plan",
+                    payload={"request": request.to_json(), "episodes_done": episodes_done},
+                    shape=PLAN_SHAPE,
+                    reply=PlanReply,
+                    rules=rules,
+                    context={"count": request.count},
+                    batch_id=batch_id,
+                    max_tokens=PLAN_TOKENS_PER_VIDEO * request.count + PLAN_TOKENS,
                 )
-                for i, v in enumerate(reply.videos)
-            ],
-            series_style=reply.series_style,
-            consistency_rules=reply.consistency_rules,
-            series_elements=reply.series_elements,
+            )
+        except NoValidReply as error:
+            log.warning("director: the plan never validated; the studio plans batch %s itself: %s", batch_id, error)
+            return studio
+        assert isinstance(reply, PlanReply)
+        task_words = checks.vocabulary(rules, PLAN_SHAPE)
+        seen: set[str] = set()
+        videos: list[PlannedVideo] = []
+        for i, (model, own) in enumerate(zip(reply.videos, studio.videos, strict=True)):
+            concept = model.concept if request.kind != "ab" else own.concept  # ab: one concept, the request's
+            key = " ".join(checks.style.content_words(concept))
+            if request.kind != "ab" and (checks.is_echo(concept, task_words) or key in seen):
+                log.info("director: concept %d %r is a repeat or the task's words; the studio's instead", i, concept)
+                concept = own.concept
+            seen.add(" ".join(checks.style.content_words(concept)))
+            approach = model.approach if request.kind == "ab" else ""
+            taken = [v.approach for v in videos]
+            if request.kind == "ab" and (not approach or checks.is_echo(approach, task_words) or approach in taken):
+                approach = own.approach
+            videos.append(PlannedVideo(concept=concept, label=own.label, approach=approach))
+        if request.kind != "series":
+            return Plan(videos=videos)
+        return Plan(
+            videos=videos,
+            series_style=(checks.sensible([reply.series_style], task_words) or [studio.series_style])[0],
+            consistency_rules=checks.sensible(reply.consistency_rules, task_words) or studio.consistency_rules,
+            series_elements=checks.sensible(reply.series_elements, task_words) or studio.series_elements,
         )
 
     def read_style(self, feedback: str) -> StylePreferences:
-        reply = self._asker.ask(
-            Question(
-                task="read_style",
-                payload={"feedback": feedback},
-                shape='{"colors": str, "moods": str, "themes": str, "pacing": str, "disliked": [str]}',
-                reply=StyleReply,
-                rules="comma-separated words for colors, moods, themes and pacing, empty when not mentioned; "
-                "disliked: the opposite aesthetics the feedback rules out.",
+        own = style.read(feedback)
+        try:
+            reply = self._asker.ask(
+                Question(
+                    task="read_style",
+                    payload={"feedback": feedback},
+                    shape=STYLE_SHAPE,
+                    reply=StyleReply,
+                    rules=STYLE_RULES,
+                    max_tokens=STYLE_TOKENS,
+                )
             )
-        )
+        except NoValidReply as error:
+            log.warning("director: the style reading never validated; the studio's own reading stands: %s", error)
+            return own
         assert isinstance(reply, StyleReply)
-        return StylePreferences(**reply.model_dump())
+        return merged_style(own, reply, feedback=feedback, task_words=checks.vocabulary(STYLE_RULES, STYLE_SHAPE))
+
+
+def merged_style(
+    own: StylePreferences, model: StyleReply, *, feedback: str, task_words: frozenset[str]
+) -> StylePreferences:
+    """The studio's reading, plus what the model read that the feedback itself says (never the task's
+    words, never a colour or mood filed as a theme, never a dislike of what the user likes)."""
+    said = set(style.words(feedback))
+
+    def in_feedback(item: str) -> bool:
+        return all(style.has_word(said, w) or any(s.startswith(w[:5]) for s in said) for w in style.content_words(item))
+
+    def items(text: str) -> list[str]:
+        return [i.strip() for i in re.split(r",|\band\b", text) if i.strip()]
+
+    def joined(mine: str, theirs: str, *, exclude: frozenset[str] | set[str] = frozenset()) -> str:
+        kept = items(mine)
+        known = {w for i in kept for w in style.content_words(i)} | exclude
+        for item in checks.sensible(items(theirs), task_words):
+            new = set(style.content_words(item)) - known
+            if new and in_feedback(item):
+                kept.append(item)
+                known |= new
+        return ", ".join(kept)
+
+    colors, moods, pacing = (
+        joined(own.colors, model.colors),
+        joined(own.moods, model.moods),
+        joined(own.pacing, model.pacing),
+    )
+    liked = {w for t in (colors, moods, pacing) for i in items(t) for w in style.content_words(i)}
+    disliked = list(own.disliked)
+    for item in checks.sensible(model.disliked, task_words):
+        if not set(style.content_words(item)) & liked and item not in disliked:
+            disliked.append(item)
+    return StylePreferences(
+        colors=colors,
+        moods=moods,
+        themes=joined(own.themes, model.themes, exclude=liked | set(style.MOODS) | set(COLORS)),
+        pacing=pacing,
+        disliked=disliked,
+    )
 
 
 WRITE_RULES = (
@@ -110,55 +200,137 @@ WRITE_RULES = (
     "from past_successes; on a retry fix previous_failures; never name anything in "
     "user_style.DISLIKED_ELEMENTS in the prompt; negative_prompt lists what to avoid."
 )
+DRAFT_SHAPE = '{"prompt": str, "negative_prompt": str}'
+WRITE_WORDS = checks.vocabulary(WRITE_RULES, DRAFT_SHAPE, " ".join(f.name for f in fields(WriterBrief)))
+"""What a prompt that hands the write task back is made of."""
 
 
 class AskingWriter:
     """Writes each attempt's prompt; the seed is the studio's, not the model's.
 
     With `candidates` > 1 the model proposes several prompts and `rank` (the user's learned taste) picks
-    the one the user is likeliest to prefer; without a ranker the model's first candidate wins.
+    the one the user is likeliest to prefer among those that are prompts; without a ranker the first wins.
+
+    Whatever the model writes, the prompt that leaves here is a prompt for the concept (a draft that is
+    not is asked again once, then the studio writes its own), carries the user's colour, mood and pacing
+    and none of the disliked elements, and on a refinement the fixes of the last attempt's failures (a
+    draft that misses any is asked again once with what is missing, then repaired by the studio). A write
+    that never validates is the studio's own prompt. `Draft.source` says which happened.
     """
 
     def __init__(self, asker: Asker, *, candidates: int = 1, rank: Ranker | None = None) -> None:
         self._asker, self._candidates, self._rank = asker, candidates, rank
 
     def write(self, brief: WriterBrief) -> Draft:
-        payload = {"brief": {k: v for k, v in asdict(brief).items() if k != "video_id"}}
-        if self._candidates <= 1:
+        try:
+            return self._write(brief)
+        except NoValidReply as error:
+            log.warning("writer: no valid reply for video %s; the studio writes its prompt: %s", brief.video_id, error)
+            return replace(
+                offline.studio_prompt(brief), source="studio", note=f"the model's replies never validated: {error}"
+            )
+
+    def _write(self, brief: WriterBrief) -> Draft:
+        draft = self._ask(brief)
+        problems = self._problems(draft, brief)
+        if problems:
+            draft = self._ask(brief, last=draft, problems=problems)
+            problems = self._problems(draft, brief)
+            if problems:
+                note = f"the model's prompt was refused twice: {'; '.join(problems)}"
+                log.info("writer: video %s: %s; the studio writes its prompt", brief.video_id, note)
+                return replace(offline.studio_prompt(brief), source="studio", note=note)
+        missing = self._missing(draft, brief)
+        if missing:
+            again = self._ask(brief, last=draft, problems=missing)
+            if not self._problems(again, brief):
+                draft = again
+            still = self._missing(draft, brief)
+            if still:
+                prompt = style.apply(draft.prompt, brief.user_style)
+                prompt = ", ".join([prompt, *checks.missing_fixes(prompt, offline.fixes_for(brief.previous_failures))])
+                log.info("writer: video %s: the studio repaired the prompt: %s", brief.video_id, "; ".join(still))
+                return replace(draft, prompt=prompt, source="repaired", note="; ".join(still))
+        return draft
+
+    def _problems(self, draft: Draft, brief: WriterBrief) -> list[str]:
+        return checks.prompt_problems(
+            draft.prompt, concept=brief.concept, task_words=WRITE_WORDS, previous=brief.previous_prompt
+        )
+
+    def _missing(self, draft: Draft, brief: WriterBrief) -> list[str]:
+        """What the draft misses of the user's style and of the fixes this refinement needs."""
+        fixes = checks.missing_fixes(draft.prompt, offline.fixes_for(brief.previous_failures))
+        return style.check(draft.prompt, brief.user_style).problems() + (
+            [f"the prompt must fix the last attempt's failures with: {'; '.join(fixes)}"] if fixes else []
+        )
+
+    def _ask(self, brief: WriterBrief, *, last: Draft | None = None, problems: Sequence[str] = ()) -> Draft:
+        """The model's draft (its negative prompt completed by the studio's), first or corrected."""
+        payload: dict = {"brief": {k: v for k, v in asdict(brief).items() if k != "video_id"}}
+        rules = WRITE_RULES
+        if last is not None:
+            payload |= {"your_last_prompt": last.prompt, "problems": list(problems)}
+            rules = "rewrite your_last_prompt so that it has none of the problems; " + WRITE_RULES
+        if self._candidates > 1 and last is None:
             reply = self._asker.ask(
                 Question(
                     task="write",
                     payload=payload,
-                    shape='{"prompt": str, "negative_prompt": str}',
-                    reply=DraftReply,
-                    rules=WRITE_RULES,
+                    shape='{"candidates": [{"prompt": str, "negative_prompt": str}]}',
+                    reply=CandidatesReply,
+                    context={"count": self._candidates},
+                    rules=f"{self._candidates} distinct candidate prompts; " + rules,
                     video_id=brief.video_id,
+                    max_tokens=WRITE_TOKENS * self._candidates,
+                )
+            )
+            assert isinstance(reply, CandidatesReply)
+            chosen = self._choose(brief, reply.candidates)
+        else:
+            reply = self._asker.ask(
+                Question(
+                    task="write",
+                    payload=payload,
+                    shape=DRAFT_SHAPE,
+                    reply=DraftReply,
+                    rules=rules,
+                    video_id=brief.video_id,
+                    max_tokens=WRITE_TOKENS,
                 )
             )
             assert isinstance(reply, DraftReply)
-            return Draft(prompt=reply.prompt, negative_prompt=reply.negative_prompt, seed=draft_seed(brief))
-        reply = self._asker.ask(
-            Question(
-                task="write",
-                payload=payload,
-                shape='{"candidates": [{"prompt": str, "negative_prompt": str}]}',
-                reply=CandidatesReply,
-                context={"count": self._candidates},
-                rules=f"{self._candidates} distinct candidate prompts; " + WRITE_RULES,
-                video_id=brief.video_id,
-            )
+            chosen = reply
+        negative = checks.sensible([chosen.negative_prompt], WRITE_WORDS) + [offline.studio_negative(brief)]
+        return Draft(
+            prompt=chosen.prompt,
+            negative_prompt=", ".join(dict.fromkeys(n for n in negative if n)),
+            seed=draft_seed(brief),
         )
-        assert isinstance(reply, CandidatesReply)
-        best = reply.candidates[0]
-        if self._rank is not None:
-            scores = self._rank(brief.concept, [c.prompt for c in reply.candidates])
-            best = reply.candidates[max(range(len(scores)), key=scores.__getitem__)]
-            log.info("writer: %d candidates scored %s by the user's taste", len(scores), [round(s, 3) for s in scores])
-        return Draft(prompt=best.prompt, negative_prompt=best.negative_prompt, seed=draft_seed(brief))
+
+    def _choose(self, brief: WriterBrief, candidates: list[DraftReply]) -> DraftReply:
+        """The candidate the user's taste prefers among those that are prompts (the first when none is)."""
+        fine = [c for c in candidates if not self._problems(Draft(prompt=c.prompt, negative_prompt="", seed=0), brief)]
+        pool = fine or candidates[:1]
+        if self._rank is None or len(pool) == 1:
+            return pool[0]
+        scores = self._rank(brief.concept, [c.prompt for c in pool])
+        log.info("writer: %d candidates scored %s by the user's taste", len(scores), [round(s, 3) for s in scores])
+        return pool[max(range(len(scores)), key=scores.__getitem__)]
+
+
+REVIEW_SHAPE = '{"action": "accept"|"refine"|"fail", "failure_reasons": [str], "strategy": str}'
+REVIEW_RULES = (
+    "grades run A (best) to F; accept when grade is min_grade or better; otherwise name the weak "
+    "axes as failure_reasons and refine with a strategy while attempt < max_retries, else fail."
+)
+REVIEW_WORDS = checks.vocabulary(REVIEW_RULES, REVIEW_SHAPE, "grade scores min_grade attempt max_retries weak axes")
 
 
 class AskingCameraman:
-    """Judges attempts; never accepts below the minimum grade, never refines past the retry limit."""
+    """Judges attempts by the studio's rule (`offline.studio_verdict`): the grade against the minimum, the
+    attempt against the retry limit. The model names what failed and how to fix it; its reasons are kept
+    beside the grader's own when they are reasons, and a review that never validates is the rule alone."""
 
     def __init__(self, asker: Asker) -> None:
         self._asker = asker
@@ -173,36 +345,47 @@ class AskingCameraman:
         max_retries: int,
         video_id: int | None = None,
     ) -> Verdict:
-        reply = self._asker.ask(
-            Question(
-                task="review",
-                payload={
-                    "grade": grade,
-                    "scores": scores,
-                    "min_grade": min_grade,
-                    "attempt": attempt,
-                    "max_retries": max_retries,
-                },
-                shape='{"action": "accept"|"refine"|"fail", "failure_reasons": [str], "strategy": str}',
-                reply=VerdictReply,
-                video_id=video_id,
-                rules="grades run A (best) to F; accept when grade is min_grade or better; otherwise name the weak "
-                "axes as failure_reasons and refine with a strategy while attempt < max_retries, else fail.",
+        rule = offline.studio_verdict(
+            grade=grade, scores=scores, min_grade=min_grade, attempt=attempt, max_retries=max_retries
+        )
+        try:
+            reply = self._asker.ask(
+                Question(
+                    task="review",
+                    payload={
+                        "grade": grade,
+                        "scores": scores,
+                        "min_grade": min_grade,
+                        "attempt": attempt,
+                        "max_retries": max_retries,
+                    },
+                    shape=REVIEW_SHAPE,
+                    reply=VerdictReply,
+                    video_id=video_id,
+                    rules=REVIEW_RULES,
+                    max_tokens=REVIEW_TOKENS,
+                )
             )
-        )
+        except NoValidReply as error:
+            log.warning("cameraman: no valid review of video %s; the studio's rule decides: %s", video_id, error)
+            return replace(rule, source="studio", note=f"the model's replies never validated: {error}")
         assert isinstance(reply, VerdictReply)
-        action = reply.action
-        if action == "accept" and not grade_at_least(grade, min_grade):  # the studio's standard holds
-            log.info("cameraman accepted grade %s below the minimum %s; refining instead", grade, min_grade)
-            action = "refine"
-        if action == "refine" and attempt >= max_retries:
-            log.info("cameraman asked to refine attempt %d of %d; failing instead", attempt, max_retries)
-            action = "fail"
-        return Verdict(
-            action=action,
-            failure_reasons=reply.failure_reasons,
-            strategy=reply.strategy if action == "refine" else "",
+        if reply.action != rule.action:
+            log.info(
+                "cameraman said %s for grade %s (attempt %d of %d); the rule says %s",
+                reply.action,
+                grade,
+                attempt,
+                max_retries,
+                rule.action,
+            )
+        if rule.action == "accept":
+            return rule
+        reasons = list(dict.fromkeys(rule.failure_reasons + checks.sensible(reply.failure_reasons, REVIEW_WORDS)))
+        strategy = "; ".join(
+            s for s in dict.fromkeys([rule.strategy, *checks.sensible([reply.strategy], REVIEW_WORDS)]) if s
         )
+        return replace(rule, failure_reasons=reasons, strategy=strategy if rule.action == "refine" else "")
 
 
 class AskingConsolidator:
@@ -218,6 +401,7 @@ class AskingConsolidator:
                 payload={"activity": activity, "conversations": list(conversations)},
                 shape='{"summary": str, "learnings": [str]}',
                 reply=ConsolidationReply,
+                max_tokens=CONSOLIDATE_TOKENS,
                 rules="summary: what was produced since the last consolidation, in one or two sentences "
                 "(conversations: what the crew's conversations answered meanwhile); "
                 "learnings: at most three reusable lessons about what made prompts succeed or fail (may be empty).",

@@ -1,18 +1,19 @@
-"""The offline agent backend: deterministic, rule-based, no model server.
+"""The studio's own rules, and the offline agent backend made of them: deterministic, no model server.
 
-It is exactly that: keyword rules and templates standing in for the Director, Writer, Cameraman and
-sleeptime consolidator so the studio runs (and is tested) end to end without an LLM. Same inputs, same
-outputs. The Letta backend replaces it behind the same interfaces.
+Keyword rules and templates stand in for the Director, Writer, Cameraman and sleeptime consolidator so
+the studio runs (and is tested) end to end without an LLM. Same inputs, same outputs. The same rules are
+what the model-backed roles fall back to (`mas.agents.asking`): the studio's plan, prompt, verdict and
+style reading when a model's reply never validates or says nothing usable.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Sequence
 
 from mas import grading
+from mas.agents import style
 from mas.agents.roles import (
     Consolidation,
     Draft,
@@ -24,7 +25,6 @@ from mas.agents.roles import (
     draft_seed,
 )
 from mas.config import grade_at_least
-from mas.palette import COLORS, COOL, WARM
 from mas.pipeline.requests import ProductionRequest
 
 ANGLES = [
@@ -51,25 +51,6 @@ AB_APPROACHES = [
 ]
 STORY_BEATS = ["the call", "the trial", "the guardian awakens", "the storm", "the return", "the legacy"]
 
-MOODS = {
-    "dark": "bright",
-    "moody": "cheerful",
-    "bright": "dark",
-    "cheerful": "gloomy",
-    "serene": "chaotic",
-    "calm": "frantic",
-    "mysterious": "plain",
-    "epic": "mundane",
-    "dreamy": "harsh",
-    "gritty": "polished",
-    "whimsical": "grim",
-    "melancholic": "upbeat",
-    "energetic": "sluggish",
-    "gloomy": "cheerful",
-}
-PACING = {"slow": "fast cuts", "fast": "slow lingering shots", "dynamic": "static shots", "lingering": "fast cuts"}
-THEMES = ["fantasy", "mythical", "sci-fi", "nature", "urban", "cosmic", "underwater", "gothic", "retro"]
-
 # Cameraman: what each weak axis means, and the Writer's fix for it.
 FAILURE_REASONS = {
     "sharpness": "noisy, soft frames",
@@ -82,108 +63,118 @@ FIXES = {
     "colours off the requested palette": "dominant colours",
     **grading.FIXES,  # the DQA grader's failure phrases and their fixes
 }
-STOP_WORDS = {"and", "or", "the", "a", "an", "with", "of", "tones", "aesthetics", "shots", "cuts", "lighting"}
+WEAK_BELOW = 0.7
+"""A preview score under this is a weak axis."""
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z][a-z-]*", text.lower())
+def studio_plan(request: ProductionRequest, *, episodes_done: int = 0) -> Plan:
+    """The studio's plan: batches, series and A/B tests from the parsed request."""
+    if request.kind == "ab":
+        return Plan(
+            videos=[
+                PlannedVideo(
+                    concept=request.theme, label=chr(ord("A") + i), approach=AB_APPROACHES[i % len(AB_APPROACHES)]
+                )
+                for i in range(request.count)
+            ]
+        )
+    if request.kind == "series":
+        name = request.series_name or request.theme
+        videos = [
+            PlannedVideo(
+                concept=f"{name}, episode {n}: {STORY_BEATS[(n - 1) % len(STORY_BEATS)]}",
+            )
+            for n in range(episodes_done + 1, episodes_done + request.count + 1)
+        ]
+        return Plan(
+            videos=videos,
+            series_style=f"{name}: one recurring guardian, consistent palette and lighting across episodes",
+            consistency_rules=[
+                f"the same central character of {name} in every episode",
+                "keep the colour palette and lighting of episode 1",
+                "end each episode on the guardian's emblem",
+            ],
+            series_elements=["recurring guardian", "emblem", "ancient gate"],
+        )
+    return Plan(
+        videos=[PlannedVideo(concept=f"{request.theme}, {ANGLES[i % len(ANGLES)]}") for i in range(request.count)]
+    )
 
 
 class OfflineDirector:
-    """Plans batches, series and A/B tests from the parsed request; reads style feedback by keywords."""
+    """Plans with the studio's plan; reads style feedback with the studio's reader."""
 
     def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan:
-        if request.kind == "ab":
-            return Plan(
-                videos=[
-                    PlannedVideo(
-                        concept=request.theme, label=chr(ord("A") + i), approach=AB_APPROACHES[i % len(AB_APPROACHES)]
-                    )
-                    for i in range(request.count)
-                ]
-            )
-        if request.kind == "series":
-            name = request.series_name or request.theme
-            videos = [
-                PlannedVideo(
-                    concept=f"{name}, episode {n}: {STORY_BEATS[(n - 1) % len(STORY_BEATS)]}",
-                )
-                for n in range(episodes_done + 1, episodes_done + request.count + 1)
-            ]
-            return Plan(
-                videos=videos,
-                series_style=f"{name}: one recurring guardian, consistent palette and lighting across episodes",
-                consistency_rules=[
-                    f"the same central character of {name} in every episode",
-                    "keep the colour palette and lighting of episode 1",
-                    "end each episode on the guardian's emblem",
-                ],
-                series_elements=["recurring guardian", "emblem", "ancient gate"],
-            )
-        return Plan(
-            videos=[PlannedVideo(concept=f"{request.theme}, {ANGLES[i % len(ANGLES)]}") for i in range(request.count)]
-        )
+        return studio_plan(request, episodes_done=episodes_done)
 
     def read_style(self, feedback: str) -> StylePreferences:
-        words = _words(feedback)
-        colors = [w for w in words if w in COLORS]
-        moods = [w for w in words if w in MOODS]
-        pacing = [w for w in words if w in PACING]
-        themes = [w for w in words if w in THEMES]
-        disliked = [f"{MOODS[m]} aesthetics" for m in moods] + [f"{PACING[p]}" for p in pacing]
-        if colors and all(c in COOL for c in colors):
-            disliked.append("warm orange and yellow tones")
-        elif colors and all(c in WARM for c in colors):
-            disliked.append("cold blue tones")
-        return StylePreferences(
-            colors=", ".join(colors),
-            moods=", ".join(moods),
-            themes=", ".join(themes),
-            pacing=", ".join(pacing),
-            disliked=disliked,
-        )
+        return style.read(feedback)
+
+
+def studio_prompt(brief: WriterBrief) -> Draft:
+    """The studio's own prompt: the concept, the user's style in the studio's words, the series' rules, the
+    winning patterns and the fixes of known and of this attempt's failures, with nothing the user dislikes."""
+    series = brief.series
+    parts = [brief.concept]
+    if brief.approach:
+        parts.append(brief.approach)
+    if series.get("ACTIVE_SERIES"):
+        parts.append(f"series style: {series['SERIES_STYLE']}")
+        parts.extend(series.get("CONSISTENCY_RULES", [])[:2])
+    parts.extend(style.phrases(brief.user_style))
+    parts.extend(brief.winning_patterns[-2:])
+    # Known failure patterns are prevented up front; this attempt's failures are fixed on retry.
+    parts.extend(fixes_for(brief.failure_patterns + brief.previous_failures))
+    if brief.past_successes:
+        parts.append(f"in the manner of a past success: {brief.past_successes[0][:80]}")
+    prompt = style.remove_words(", ".join(p.strip() for p in parts if p.strip()), style.banned_words(brief.user_style))
+    return Draft(prompt=prompt, negative_prompt=studio_negative(brief), seed=draft_seed(brief))
+
+
+def studio_negative(brief: WriterBrief) -> str:
+    """What the video model is told to avoid: what the user dislikes and the known failure patterns."""
+    disliked = [str(d) for d in brief.user_style.get("DISLIKED_ELEMENTS", [])]
+    return ", ".join(dict.fromkeys(disliked + brief.failure_patterns))
+
+
+def fixes_for(reasons: Sequence[str]) -> list[str]:
+    """The Writer's fix for each failure reason the studio knows, once each."""
+    return list(dict.fromkeys(FIXES[r] for r in reasons if r in FIXES))
+
+
+def weak_axes(scores: dict[str, float]) -> list[str]:
+    """The grader's failure reasons, readable: the preview grader's weak axes, or DQA's (mas.grading)."""
+    preview = {k: v for k, v in scores.items() if k in FAILURE_REASONS}
+    if not preview:
+        return grading.failure_reasons(scores) or ["below the minimum grade on every axis"]
+    weak = sorted((v, k) for k, v in preview.items() if v < WEAK_BELOW) or [min((v, k) for k, v in preview.items())]
+    return [FAILURE_REASONS[k] for _, k in weak]
+
+
+def studio_verdict(*, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int) -> Verdict:
+    """The studio's rule: accept at or above the minimum grade; below it, refine with the grader's reasons
+    and their fixes while attempts remain, else fail."""
+    if grade_at_least(grade, min_grade):
+        return Verdict(action="accept", failure_reasons=[])
+    reasons = weak_axes(scores)
+    if attempt >= max_retries:
+        return Verdict(action="fail", failure_reasons=reasons)
+    return Verdict(action="refine", failure_reasons=reasons, strategy="; ".join(fixes_for(reasons)))
 
 
 class OfflineWriter:
-    """Builds a prompt from the concept and memory; strips what the user dislikes."""
+    """Writes the studio's own prompt."""
 
     def __init__(self, *, seconds: float = 0.0) -> None:
         self.seconds = seconds  # simulated thinking time (MAS_OFFLINE_AGENT_SECONDS)
 
     def write(self, brief: WriterBrief) -> Draft:
         time.sleep(self.seconds)
-        style, series = brief.user_style, brief.series
-        parts = [brief.concept]
-        if brief.approach:
-            parts.append(brief.approach)
-        if series.get("ACTIVE_SERIES"):
-            parts.append(f"series style: {series['SERIES_STYLE']}")
-            parts.extend(series.get("CONSISTENCY_RULES", [])[:2])
-        if style.get("COLOR_PREFERENCES"):
-            parts.append(f"colour palette of {style['COLOR_PREFERENCES']}")
-        if style.get("MOOD_PREFERENCES"):
-            parts.append(f"{style['MOOD_PREFERENCES']} atmosphere and lighting")
-        if style.get("PACING_PREFERENCES"):
-            parts.append(f"{style['PACING_PREFERENCES']} pacing")
-        parts.extend(brief.winning_patterns[-2:])
-        # Known failure patterns are prevented up front; this attempt's failures are fixed on retry.
-        fixes = [FIXES[f] for f in dict.fromkeys(brief.failure_patterns + brief.previous_failures) if f in FIXES]
-        parts.extend(fixes)
-        if brief.past_successes:
-            parts.append(f"in the manner of a past success: {brief.past_successes[0][:80]}")
-        prompt = ", ".join(p.strip() for p in parts if p.strip())
-        banned = {w for d in style.get("DISLIKED_ELEMENTS", []) for w in _words(d)} - STOP_WORDS
-        if banned:
-            prompt = re.sub(r"\b(" + "|".join(map(re.escape, sorted(banned))) + r")\b\s*", "", prompt, flags=re.I)
-            prompt = re.sub(r"\s+,", ",", re.sub(r",\s*,", ",", prompt)).strip(" ,")
-        negative = ", ".join(dict.fromkeys(list(style.get("DISLIKED_ELEMENTS", [])) + brief.failure_patterns))
-        return Draft(prompt=prompt, negative_prompt=negative, seed=draft_seed(brief))
+        return studio_prompt(brief)
 
 
 class OfflineCameraman:
-    """Accepts at or above the minimum grade; names the weak axes; refines until retries run out."""
-
-    weak_below = 0.7
+    """Judges by the studio's rule."""
 
     def __init__(self, *, seconds: float = 0.0) -> None:
         self.seconds = seconds  # simulated thinking time (MAS_OFFLINE_AGENT_SECONDS)
@@ -199,24 +190,7 @@ class OfflineCameraman:
         video_id: int | None = None,
     ) -> Verdict:
         time.sleep(self.seconds)
-        if grade_at_least(grade, min_grade):
-            return Verdict(action="accept", failure_reasons=[])
-        reasons = self.weak_axes(scores)
-        if attempt >= max_retries:
-            return Verdict(action="fail", failure_reasons=reasons)
-        return Verdict(
-            action="refine", failure_reasons=reasons, strategy="; ".join(FIXES[r] for r in reasons if r in FIXES)
-        )
-
-    def weak_axes(self, scores: dict[str, float]) -> list[str]:
-        """Readable failure reasons: the preview grader's weak axes, or DQA's (mas.grading)."""
-        preview = {k: v for k, v in scores.items() if k in FAILURE_REASONS}
-        if not preview:
-            return grading.failure_reasons(scores) or ["below the minimum grade on every axis"]
-        weak = sorted((v, k) for k, v in preview.items() if v < self.weak_below) or [
-            min((v, k) for k, v in preview.items())
-        ]
-        return [FAILURE_REASONS[k] for _, k in weak]
+        return studio_verdict(grade=grade, scores=scores, min_grade=min_grade, attempt=attempt, max_retries=max_retries)
 
 
 class OfflineConsolidator:

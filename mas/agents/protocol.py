@@ -48,6 +48,24 @@ def system_prompt(role: str) -> str:
     return PERSONAS[role] + PROTOCOL
 
 
+WRITE_TOKENS = 400
+"""Most tokens of a `write` reply: a prompt of about 200 words and its negative prompt. A small model that
+rambles inside a string runs to the cap; a cap that fits the reply ends that try early, and the reply is
+seen as cut (not as "no JSON object") and asked again briefly."""
+
+REVIEW_TOKENS = 200
+"""Most tokens of a `review` reply: an action, a few short reasons and a strategy."""
+
+STYLE_TOKENS = 160
+"""Most tokens of a `read_style` reply: a few words per aspect and a few dislikes."""
+
+PLAN_TOKENS, PLAN_TOKENS_PER_VIDEO = 200, 60
+"""Most tokens of a `plan` reply: the series' style and rules, then a concept and approach per video."""
+
+CONSOLIDATE_TOKENS = 300
+"""Most tokens of a `consolidate` reply: a summary and three learnings."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Question:
     """One role task: what is sent, the reply shape in words, and the model that validates the reply."""
@@ -60,6 +78,7 @@ class Question:
     context: dict[str, Any] = field(default_factory=dict)  # validation context (e.g. how many videos)
     video_id: int | None = None  # what the call is about: its cost is counted there, its conversation
     batch_id: int | None = None  # is the one this video (or batch) used before when that one is free
+    max_tokens: int | None = None  # most tokens the reply may take (fits its shape); None: MAS_LLM_MAX_TOKENS
 
     def message(self) -> str:
         """The text of the call: TASK, INPUT (JSON), REPLY (the shape wanted), RULES."""

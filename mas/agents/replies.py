@@ -22,6 +22,14 @@ from pydantic import (
     field_validator,
 )
 
+from mas.errors import StudioError
+
+
+class NoValidReply(StudioError):
+    """A model was asked, shown its mistakes and asked again, and never gave a valid reply: the roles fall
+    back to the studio's own rule where they have one (`mas.agents.asking`)."""
+
+
 VALUE_EXCERPT_CHARS = 120
 """How much of a wrong value a validation problem quotes."""
 

@@ -53,6 +53,7 @@ class WriterBrief:
     past_successes: list[str]  # archival: accepted prompts nearest the concept, nearest first
     past_failures: list[str] = field(default_factory=list)  # archival: rejected attempts nearest the concept
     previous_failures: list[str] = field(default_factory=list)  # this video's last attempt
+    previous_prompt: str = ""  # this video's last attempt's prompt (a refinement must change it)
     approach: str = ""
     video_id: int | None = None  # which video it is for (bookkeeping; not shown to the model)
 
@@ -62,6 +63,8 @@ class Draft:
     prompt: str
     negative_prompt: str
     seed: int
+    source: str = "model"  # model | repaired (the studio added or removed words) | studio (its own prompt)
+    note: str = ""  # why the studio stepped in, when it did
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +74,8 @@ class Verdict:
     action: str  # "accept" | "refine" | "fail"
     failure_reasons: list[str]
     strategy: str = ""
+    source: str = "model"  # model | studio (the studio's rule: the model's reply never validated)
+    note: str = ""  # why the studio stepped in, when it did
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,8 @@ from mas.api.schemas import ABTestOut, BatchOut, BatchRequest, Pick, Submitted, 
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
-from mas.models import ABTest, Batch, BatchStatus, Video, VideoState
+from mas.models import ABTest, Batch, BatchStatus, Video
+from mas.pipeline import queries
 from mas.pipeline.requests import ProductionRequest, parse_request
 
 router = APIRouter()
@@ -106,27 +107,8 @@ def list_batches(
         if status is not None:
             stmt = stmt.where(Batch.status == BatchStatus(status))
         batches = session.scalars(stmt).all()
-        counts = _counts(session, [b.id for b in batches])
-        return [
-            BatchOut.of(b, done=counts.get(b.id, {}).get("done", 0), accepted=counts.get(b.id, {}).get("accepted", 0))
-            for b in batches
-        ]
-
-
-def _counts(session, batch_ids: list[int]) -> dict[int, dict[str, int]]:
-    rows = session.execute(
-        sa.select(Video.batch_id, Video.state, sa.func.count())
-        .where(Video.batch_id.in_(batch_ids))
-        .group_by(Video.batch_id, Video.state)
-    ).all()
-    counts: dict[int, dict[str, int]] = {}
-    for batch_id, state, count in rows:
-        entry = counts.setdefault(batch_id, {"done": 0, "accepted": 0})
-        if state in (VideoState.accepted, VideoState.failed, VideoState.cancelled):
-            entry["done"] += count
-        if state == VideoState.accepted:
-            entry["accepted"] += count
-    return counts
+        counts = queries.outcomes(session, [b.id for b in batches])
+        return [BatchOut.of(b, counts.get(b.id, queries.Outcomes())) for b in batches]
 
 
 def _batch(settings: Settings, batch_id: int) -> BatchOut:
@@ -135,7 +117,7 @@ def _batch(settings: Settings, batch_id: int) -> BatchOut:
         if batch is None:
             raise NotFound(f"there is no batch {batch_id}")
         videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
-        return BatchOut.of(batch, videos)
+        return BatchOut.of(batch, queries.Outcomes(), videos)
 
 
 @router.get("/batches/{batch_id}", response_model=BatchOut, responses=ERRORS, tags=["batches"])

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mas.models import ABTest, Attempt, Batch, Video
+from mas.pipeline.queries import Outcomes
 
 
 class Strict(BaseModel):
@@ -114,18 +115,21 @@ class BatchOut(BaseModel):
     priority: str
     user: str
     total: int
-    done: int = Field(description="Videos accepted or failed.")
+    done: int = Field(description="Videos ended: accepted, failed or cancelled.")
     accepted: int
+    failed: int
     failure_reason: str | None
     ab_test_id: int | None
     created_at: datetime
     videos: list[VideoOut] | None = Field(default=None, description="The batch's videos (one batch's page).")
 
     @classmethod
-    def of(cls, row: Batch, videos: list[Video] | None = None, *, done: int = 0, accepted: int = 0) -> BatchOut:
+    def of(cls, row: Batch, counts: Outcomes, videos: list[Video] | None = None) -> BatchOut:
         if videos is not None:
-            done = sum(v.state.value in ("accepted", "failed", "cancelled") for v in videos)
-            accepted = sum(v.state.value == "accepted" for v in videos)
+            ended = [v.state.value for v in videos]
+            counts = Outcomes(
+                accepted=ended.count("accepted"), failed=ended.count("failed"), cancelled=ended.count("cancelled")
+            )
         return cls(
             id=row.id,
             kind=row.kind,
@@ -134,8 +138,9 @@ class BatchOut(BaseModel):
             priority=row.priority,
             user=row.user_name,
             total=row.total,
-            done=done,
-            accepted=accepted,
+            done=counts.done,
+            accepted=counts.accepted,
+            failed=counts.failed,
             failure_reason=row.failure_reason,
             ab_test_id=row.ab_test_id,
             created_at=row.created_at,

@@ -15,7 +15,7 @@ from mas.cli.context import ID, LIMIT, console, ready
 from mas.cli.output import print_files, print_whole
 from mas.config import Settings
 from mas.errors import PermanentError
-from mas.models import BatchStatus
+from mas.models import BatchStatus, VideoState
 from mas.pipeline.states import TERMINAL
 from mas.storage import storage
 from mas.text import visible
@@ -82,14 +82,26 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
     if not console.is_terminal:  # Live ends its last line only on a terminal
         console.line()
     print_files(settings, batch.videos)
+    counts = outcome_counts(batch)
     if batch.status == BatchStatus.failed:
-        raise BatchEnded(f"batch {batch.id} failed: {batch.failure_reason or 'no reason recorded'}")
+        raise BatchEnded(f"batch {batch.id} failed: {batch.failure_reason or 'no reason recorded'}; {counts}")
     if batch.status == BatchStatus.cancelled:
-        raise BatchEnded(f"batch {batch.id} was cancelled")
+        raise BatchEnded(f"batch {batch.id} was cancelled; {counts}")
+    if any(v.state == VideoState.failed for v in batch.videos):
+        raise BatchEnded(f"batch {batch.id} done: {counts}")
+    console.print(f"batch {batch.id} done: {counts}", markup=False)
+
+
+def outcome_counts(batch) -> str:
+    """How a batch's videos ended, e.g. `2 accepted, 1 failed of 3 videos`."""
+    accepted = sum(v.state == VideoState.accepted for v in batch.videos)
+    failed = sum(v.state == VideoState.failed for v in batch.videos)
+    return f"{accepted} accepted, {failed} failed of {batch.total} videos"
 
 
 class BatchEnded(PermanentError):
-    """A followed batch ended without finishing its work (failed or cancelled): `--wait` exits non-zero."""
+    """A followed batch ended with work not accepted (a video failed, or the batch failed or was cancelled):
+    `--wait` exits non-zero, its last line the counts."""
 
 
 def _batch(settings: Settings, batch_id: int | None):
@@ -108,7 +120,11 @@ def _batch_view(batch, recovering: dict[int, str] | None = None) -> Group:
     step's worker stopped answering says so (`recovering`)."""
     recovering = recovering or {}
     done = sum(v.state in TERMINAL for v in batch.videos)
-    header = Text(visible(f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done: {batch.request}"))
+    header = Text(
+        visible(
+            f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done ({outcome_counts(batch)}): {batch.request}"
+        )
+    )
     if batch.failure_reason:
         header.append(visible(f"\nfailed: {batch.failure_reason}"))
     bar = Table.grid()  # a grid ends its line: a bare progress bar would run on into the table below

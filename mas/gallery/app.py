@@ -48,6 +48,8 @@ from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.metrics import metrics
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
+from mas.pipeline import queries
+from mas.pipeline.queries import Outcomes
 from mas.pipeline.states import TERMINAL
 from mas.runtime.services import ServiceError
 from mas.storage import storage
@@ -253,10 +255,14 @@ class VideoView:
 
 @dataclass(frozen=True)
 class Progress:
-    """A batch and how many of its videos are finished (accepted or failed)."""
+    """A batch and how its videos ended so far."""
 
     batch: Batch
-    done: int
+    counts: Outcomes
+
+    @property
+    def done(self) -> int:
+        return self.counts.done
 
     @property
     def percent(self) -> int:
@@ -291,18 +297,9 @@ def _video_view(settings: Settings, video: Video) -> VideoView:
     return VideoView(video, video.attempts[-1] if video.attempts else None, url, note)
 
 
-def _done_counts(session: Session, batch_ids: Iterable[int]) -> dict[int, int]:
-    stmt = (
-        sa.select(Video.batch_id, sa.func.count())
-        .where(Video.batch_id.in_(list(batch_ids)), Video.state.in_(FINAL))
-        .group_by(Video.batch_id)
-    )
-    return {batch_id: n for batch_id, n in session.execute(stmt)}
-
-
 def _progress(session: Session, batches: list[Batch]) -> list[Progress]:
-    done = _done_counts(session, (b.id for b in batches))
-    return [Progress(b, done.get(b.id, 0)) for b in batches]
+    counts = queries.outcomes(session, (b.id for b in batches))
+    return [Progress(b, counts.get(b.id, Outcomes())) for b in batches]
 
 
 def _videos(session: Session, ids: Iterable[int]) -> dict[int, Video]:

@@ -7,21 +7,24 @@ work and model residency from Redis. Nothing here writes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import Session, selectinload
 
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
-from mas.models import ABTest, AgentCall, Batch, Schedule, Video
+from mas.models import ABTest, AgentCall, Batch, Schedule, Video, VideoState
 from mas.pipeline import leases
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
+
+ENDED = (VideoState.accepted, VideoState.failed, VideoState.cancelled)
 
 
 def batch_overview(settings: Settings, batch_id: int | None = None) -> Batch | None:
@@ -30,6 +33,32 @@ def batch_overview(settings: Settings, batch_id: int | None = None) -> Batch | N
         stmt = sa.select(Batch).options(selectinload(Batch.videos))
         stmt = stmt.where(Batch.id == batch_id) if batch_id else stmt.order_by(Batch.id.desc()).limit(1)
         return session.scalars(stmt).first()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcomes:
+    """How many of a batch's videos have ended, and how."""
+
+    accepted: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def done(self) -> int:
+        return self.accepted + self.failed + self.cancelled
+
+
+def outcomes(session: Session, batch_ids: Iterable[int]) -> dict[int, Outcomes]:
+    """Each batch's ended videos by how they ended (a batch with none is absent), in one query."""
+    rows = session.execute(
+        sa.select(Video.batch_id, Video.state, sa.func.count())
+        .where(Video.batch_id.in_(list(batch_ids)), Video.state.in_(ENDED))
+        .group_by(Video.batch_id, Video.state)
+    ).all()
+    counts: dict[int, dict[str, int]] = {}
+    for batch_id, state, count in rows:
+        counts.setdefault(batch_id, {})[state.value] = count
+    return {batch_id: Outcomes(**c) for batch_id, c in counts.items()}
 
 
 def waiting_on_recovery(settings: Settings) -> dict[int, str]:

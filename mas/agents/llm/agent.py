@@ -90,7 +90,13 @@ class LLMAgent:
         started = time.monotonic()
         for attempt in range(1, self.settings.llm_reply_retries + 2):
             with conversations.endpoint_slot(self.settings, lock=self.serialize):
-                completion = complete(self.settings, alternating(messages), schema=schema, name=question.task)
+                completion = complete(
+                    self.settings,
+                    alternating(messages),
+                    schema=schema,
+                    name=question.task,
+                    max_tokens=question.max_tokens,
+                )
             prompt_tokens += completion.prompt_tokens
             cached_tokens += completion.cached_tokens
             completion_tokens += completion.completion_tokens
@@ -107,7 +113,7 @@ class LLMAgent:
                 valid=reply is not None,
             )
             if reply is None and completion.truncated:
-                trouble = f"the reply was cut at {self.settings.llm_max_tokens} tokens (MAS_LLM_MAX_TOKENS); be brief"
+                trouble = f"the reply was cut at {completion.completion_tokens} tokens; keep every text short"
             if reply is not None:
                 log.info(
                     "llm %s %s: valid reply after %d tries in %.2f s (%d+%d tokens, %d cached, %s)",
@@ -122,8 +128,10 @@ class LLMAgent:
                 )
                 return reply, json.dumps(reply.model_dump(), ensure_ascii=False)
             log.warning("llm %s %s: reply %d invalid: %s", talk, question.task, attempt, trouble)
+            # a cut reply is a ramble: shown again, it is continued; the model is only told it was too long
+            shown = completion.text[:REPLY_EXCERPT_CHARS] + " ..." if completion.truncated else completion.text
             messages += [
-                {"role": "assistant", "content": completion.text[: REPLY_EXCERPT_CHARS * 10]},
+                {"role": "assistant", "content": shown[: REPLY_EXCERPT_CHARS * 10]},
                 {
                     "role": "user",
                     "content": f"That reply is invalid: {trouble}. Answer again with exactly one "

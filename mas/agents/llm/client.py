@@ -54,29 +54,38 @@ def _accepted(url: str, model: str) -> list[str]:
     return []
 
 
-def complete(settings: Settings, messages: list[dict[str, Any]], *, schema: dict[str, Any], name: str) -> Completion:
-    """The model's reply to `messages`, constrained to `schema` as far as the endpoint allows."""
+def complete(
+    settings: Settings,
+    messages: list[dict[str, Any]],
+    *,
+    schema: dict[str, Any],
+    name: str,
+    max_tokens: int | None = None,
+) -> Completion:
+    """The model's reply to `messages`, constrained to `schema` as far as the endpoint allows, in at most
+    `max_tokens` (and never more than MAS_LLM_MAX_TOKENS)."""
+    limit = min(max_tokens or settings.llm_max_tokens, settings.llm_max_tokens)
     if settings.llm_structured != "auto":
-        return _call(settings, messages, schema=schema, name=name, mode=settings.llm_structured)
+        return _call(settings, messages, schema=schema, name=name, mode=settings.llm_structured, limit=limit)
     accepted = _accepted(settings.llm_url, settings.llm_model)
     if accepted:
-        return _call(settings, messages, schema=schema, name=name, mode=accepted[0])
+        return _call(settings, messages, schema=schema, name=name, mode=accepted[0], limit=limit)
     *constrained, last = AUTO_ORDER
     for mode in constrained:
         try:
-            completion = _call(settings, messages, schema=schema, name=name, mode=mode)
+            completion = _call(settings, messages, schema=schema, name=name, mode=mode, limit=limit)
         except LLMRejected as error:
             log.info("llm endpoint %s refused %s replies (%s); trying the next mode", _where(settings), mode, error)
             continue
         accepted[:] = [mode]
         return completion
-    completion = _call(settings, messages, schema=schema, name=name, mode=last)  # its refusal is the request's own
+    completion = _call(settings, messages, schema=schema, name=name, mode=last, limit=limit)  # its refusal is its own
     accepted[:] = [last]
     return completion
 
 
 def _call(
-    settings: Settings, messages: list[dict[str, Any]], *, schema: dict[str, Any], name: str, mode: str
+    settings: Settings, messages: list[dict[str, Any]], *, schema: dict[str, Any], name: str, mode: str, limit: int
 ) -> Completion:
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else ""
     api = _api(settings.llm_url, key, settings.llm_timeout_seconds)
@@ -98,7 +107,7 @@ def _call(
         response = api.chat.completions.create(
             model=settings.llm_model,
             messages=wire,
-            max_tokens=settings.llm_max_tokens,
+            max_tokens=limit,
             temperature=settings.llm_temperature,
             **extra,
         )
@@ -111,10 +120,10 @@ def _call(
         raise LLMUnavailable(f"cannot reach the LLM at {_where(settings)}: {_cause(error)}") from None
     except openai.APIStatusError as error:
         raise _status_error(settings, error, mode) from None
-    return _completion(response, mode)
+    return _completion(response, mode, limit)
 
 
-def _completion(response: Any, mode: str) -> Completion:
+def _completion(response: Any, mode: str, limit: int) -> Completion:
     choice = response.choices[0] if response.choices else None
     text = ""
     if choice is not None:
@@ -124,13 +133,15 @@ def _completion(response: Any, mode: str) -> Completion:
         else:
             text = choice.message.content or ""
     usage = response.usage
+    completion_tokens = getattr(usage, "completion_tokens", 0) or 0
     return Completion(
         text=text,
         mode=mode,
-        truncated=choice is not None and choice.finish_reason == "length",
+        # a forced tool call ends "tool_calls" even when the token limit cut it (llama.cpp): count, too
+        truncated=choice is not None and (choice.finish_reason == "length" or completion_tokens >= limit),
         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
         cached_tokens=getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0,
-        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        completion_tokens=completion_tokens,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mas.agents.replies import NoValidReply
 from mas.errors import InvalidSettings, PeerUnavailable, PermanentError, StudioError
 
 
@@ -21,5 +22,5 @@ class LLMRejected(LLMError, PermanentError):
     """The endpoint refused the request itself (a 4xx other than the transient ones)."""
 
 
-class LLMReplyError(LLMError, PermanentError):
+class LLMReplyError(LLMError, NoValidReply, PermanentError):
     """A reply still malformed after the model was shown its mistakes `MAS_LLM_REPLY_RETRIES` times."""

@@ -1,0 +1,76 @@
+"""What the studio checks in a model's words before it uses them: a prompt is a prompt, a reason a reason.
+
+A small model answers in valid JSON that says nothing: a prompt that reads `write` or `TASK: Write a short
+message ...`, a failure reason that reads `failure_reasons`, a disliked element that reads "the opposite
+aesthetics the feedback rules out". Each is the task's own words handed back. These checks find them by
+the studio's own vocabulary (the protocol's words, the reply fields, the rules), so what reaches the GPU,
+the memory blocks or the user's style is about the video, never about the task.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from mas.agents import style
+from mas.agents.protocol import PROTOCOL
+
+MARKERS = re.compile(r"\b(TASK|INPUT|REPLY|RULES)\b|\b[A-Za-z]+_[A-Za-z_]+\b")
+"""The protocol's line names and snake_case field names (user_style, failure_reasons): never in a prompt."""
+
+PROMPT_MIN_WORDS = 4
+"""Fewest words that can describe a video (subject, action, setting)."""
+
+ECHO_SHARE = 0.5
+"""A text is an echo when at least this share of its content words are the task's own words."""
+
+
+def vocabulary(*texts: str) -> frozenset[str]:
+    """The content words of the protocol and of `texts` (a task's rules, its reply shape): what an echo
+    of the task is made of. Snake_case names count word by word (failure_reasons: failure, reasons)."""
+    found = {w for t in (PROTOCOL, *texts) for w in style.content_words(t.replace("_", " "))}
+    return frozenset(found | {"task", "prompt", "reply", "json", "str", "write", "model", "video", "one"})
+
+
+def is_echo(text: str, task_words: frozenset[str]) -> bool:
+    """True when `text` is the task handed back: a protocol marker or field name, or mostly task words."""
+    if MARKERS.search(text):
+        return True
+    said = style.content_words(text.replace("_", " "))
+    if not said:
+        return True
+    return sum(w in task_words for w in said) / len(said) >= ECHO_SHARE
+
+
+def sensible(texts: Iterable[str], task_words: frozenset[str]) -> list[str]:
+    """The texts that are not echoes of the task (failure reasons, learnings, strategies)."""
+    return [t for t in texts if t.strip() and not is_echo(t, task_words)]
+
+
+def concept_words(concept: str) -> list[str]:
+    """What a prompt must name of its concept: the content words of its head (before the first comma or
+    colon: `Guardian, episode 2: the trial` -> guardian), or of all of it when the head has none."""
+    head = re.split(r"[,:]", concept, maxsplit=1)[0]
+    return style.content_words(head) or style.content_words(concept)
+
+
+def prompt_problems(prompt: str, *, concept: str, task_words: frozenset[str], previous: str = "") -> list[str]:
+    """Why `prompt` is not a prompt for `concept` (empty when it is one), in words the model can act on."""
+    problems = []
+    present = set(style.words(prompt))
+    wanted = concept_words(concept)
+    if wanted and not any(style.has_word(present, w) or any(p.startswith(w[:5]) for p in present) for w in wanted):
+        problems.append(f"the prompt must show the concept {concept!r}")
+    if len(style.words(prompt)) < PROMPT_MIN_WORDS:
+        problems.append("the prompt must describe the video in a sentence (subject, action, setting, light)")
+    elif is_echo(prompt, task_words):
+        problems.append("the prompt repeats the task's instructions instead of describing the video")
+    if previous and prompt.strip().lower() == previous.strip().lower():
+        problems.append("the prompt must change the previous attempt's prompt to fix its failures")
+    return problems
+
+
+def missing_fixes(prompt: str, fixes: Sequence[str]) -> list[str]:
+    """The fixes (`offline.FIXES` phrases) whose words `prompt` does not all carry."""
+    present = set(style.words(prompt))
+    return [f for f in fixes if not all(style.has_word(present, w) for w in style.content_words(f))]
