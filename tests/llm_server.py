@@ -33,10 +33,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LocalLLM:
-    """llama.cpp's server on a local port, stopped with `stop()` (or the context manager)."""
+GEMMA_MODEL = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / "models" / "gemma-3-270m-q4_k_m.gguf"
+"""Gemma 3 270M (a pretrained base model, Q4_K_M), assembled by `scripts/gemma-model.sh` (benchmarks only)."""
 
-    def __init__(self, log_dir: Path, *, port: int | None = None) -> None:
+
+class LocalLLM:
+    """llama.cpp's server on a local port, stopped with `stop()` (or the context manager); `model` is a GGUF
+    file other than the tests' SmolLM2, served under `alias`."""
+
+    def __init__(self, log_dir: Path, *, port: int | None = None, model: Path | None = None,
+                 alias: str = MODEL_NAME) -> None:
+        self.model, self.alias = model, alias
         self.port = port or free_port()
         self.log = log_dir / f"llm-server-{self.port}.log"
         self.process: subprocess.Popen | None = None
@@ -45,11 +52,11 @@ class LocalLLM:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, timeout: float = 120) -> "LocalLLM":
-        model = (VENV / "mas-llm-model").read_text().strip()
+    def start(self, timeout: float = 120) -> LocalLLM:
+        model = str(self.model or (VENV / "mas-llm-model").read_text().strip())
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [str(VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", model, "--model_alias", MODEL_NAME,
+            [str(VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", model, "--model_alias", self.alias,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(CONTEXT_TOKENS),
              "--n_threads", str(os.cpu_count() or 2)],
             stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
@@ -75,7 +82,7 @@ class LocalLLM:
                 self.process.kill()
                 self.process.wait()
 
-    def __enter__(self) -> "LocalLLM":
+    def __enter__(self) -> LocalLLM:
         return self.start()
 
     def __exit__(self, *exc) -> None:

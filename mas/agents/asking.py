@@ -226,9 +226,7 @@ class AskingWriter:
             return self._write(brief)
         except NoValidReply as error:
             log.warning("writer: no valid reply for video %s; the studio writes its prompt: %s", brief.video_id, error)
-            return replace(
-                offline.studio_prompt(brief), source="studio", note=f"the model's replies never validated: {error}"
-            )
+            return replace(offline.studio_prompt(brief), note=f"the model's replies never validated: {error}")
 
     def _write(self, brief: WriterBrief) -> Draft:
         draft = self._ask(brief)
@@ -239,7 +237,7 @@ class AskingWriter:
             if problems:
                 note = f"the model's prompt was refused twice: {'; '.join(problems)}"
                 log.info("writer: video %s: %s; the studio writes its prompt", brief.video_id, note)
-                return replace(offline.studio_prompt(brief), source="studio", note=note)
+                return replace(offline.studio_prompt(brief), note=note)
         missing = self._missing(draft, brief)
         if missing:
             again = self._ask(brief, last=draft, problems=missing)
@@ -368,7 +366,7 @@ class AskingCameraman:
             )
         except NoValidReply as error:
             log.warning("cameraman: no valid review of video %s; the studio's rule decides: %s", video_id, error)
-            return replace(rule, source="studio", note=f"the model's replies never validated: {error}")
+            return replace(rule, note=f"the model's replies never validated: {error}")
         assert isinstance(reply, VerdictReply)
         if reply.action != rule.action:
             log.info(
@@ -380,12 +378,14 @@ class AskingCameraman:
                 rule.action,
             )
         if rule.action == "accept":
-            return rule
+            return replace(rule, source="model")
         reasons = list(dict.fromkeys(rule.failure_reasons + checks.sensible(reply.failure_reasons, REVIEW_WORDS)))
         strategy = "; ".join(
             s for s in dict.fromkeys([rule.strategy, *checks.sensible([reply.strategy], REVIEW_WORDS)]) if s
         )
-        return replace(rule, failure_reasons=reasons, strategy=strategy if rule.action == "refine" else "")
+        return replace(
+            rule, failure_reasons=reasons, strategy=strategy if rule.action == "refine" else "", source="model"
+        )
 
 
 class AskingConsolidator:

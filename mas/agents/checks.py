@@ -22,7 +22,7 @@ PROMPT_MIN_WORDS = 4
 """Fewest words that can describe a video (subject, action, setting)."""
 
 ECHO_SHARE = 0.5
-"""A text is an echo when at least this share of its content words are the task's own words."""
+"""A text is an echo when more than this share of its content words are the task's own words."""
 
 
 def vocabulary(*texts: str) -> frozenset[str]:
@@ -39,7 +39,7 @@ def is_echo(text: str, task_words: frozenset[str]) -> bool:
     said = style.content_words(text.replace("_", " "))
     if not said:
         return True
-    return sum(w in task_words for w in said) / len(said) >= ECHO_SHARE
+    return sum(w in task_words for w in said) / len(said) > ECHO_SHARE
 
 
 def sensible(texts: Iterable[str], task_words: frozenset[str]) -> list[str]:

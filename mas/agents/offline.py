@@ -128,7 +128,7 @@ def studio_prompt(brief: WriterBrief) -> Draft:
     if brief.past_successes:
         parts.append(f"in the manner of a past success: {brief.past_successes[0][:80]}")
     prompt = style.remove_words(", ".join(p.strip() for p in parts if p.strip()), style.banned_words(brief.user_style))
-    return Draft(prompt=prompt, negative_prompt=studio_negative(brief), seed=draft_seed(brief))
+    return Draft(prompt=prompt, negative_prompt=studio_negative(brief), seed=draft_seed(brief), source="studio")
 
 
 def studio_negative(brief: WriterBrief) -> str:
@@ -155,11 +155,11 @@ def studio_verdict(*, grade: str, scores: dict[str, float], min_grade: str, atte
     """The studio's rule: accept at or above the minimum grade; below it, refine with the grader's reasons
     and their fixes while attempts remain, else fail."""
     if grade_at_least(grade, min_grade):
-        return Verdict(action="accept", failure_reasons=[])
+        return Verdict(action="accept", failure_reasons=[], source="studio")
     reasons = weak_axes(scores)
     if attempt >= max_retries:
-        return Verdict(action="fail", failure_reasons=reasons)
-    return Verdict(action="refine", failure_reasons=reasons, strategy="; ".join(fixes_for(reasons)))
+        return Verdict(action="fail", failure_reasons=reasons, source="studio")
+    return Verdict(action="refine", failure_reasons=reasons, strategy="; ".join(fixes_for(reasons)), source="studio")
 
 
 class OfflineWriter:
