@@ -150,6 +150,15 @@ def test_calls_of_one_role_run_at_once_on_the_real_model_and_never_mix(clean, re
     assert exchanges == len(answered)
 
 
+def test_a_reply_cut_at_its_token_budget_is_seen_as_cut_on_the_real_model(clean, real_llm):
+    """llama.cpp ends a forced tool call `tool_calls` even when the token limit cut it: the studio counts."""
+    settings = _llm_settings(clean, real_llm.url, llm_reply_retries=0, llm_structured="tools")
+    question = Question(task="write", payload={"brief": {"concept": "a phoenix, in two hundred words"}},
+                        shape='{"prompt": str}', reply=DraftReply, max_tokens=5)
+    with pytest.raises(LLMReplyError, match="the reply was cut at 5 tokens"):
+        LLMAgent(settings, "writer").ask(question)
+
+
 @pytest.mark.parametrize("bad", [
     "Sure! Here is a lovely prompt about the fox.",  # prose
     '{"prompt": "a fox", "negative_prompt": ',  # broken JSON

@@ -18,8 +18,9 @@ from mas.agents.protocol import PROTOCOL
 MARKERS = re.compile(r"\b(TASK|INPUT|REPLY|RULES)\b|\b[A-Za-z]+_[A-Za-z_]+\b")
 """The protocol's line names and snake_case field names (user_style, failure_reasons): never in a prompt."""
 
-PROMPT_MIN_WORDS = 4
-"""Fewest words that can describe a video (subject, action, setting)."""
+PROMPT_MIN_WORDS, PROMPT_MIN_CHARS = 4, 16
+"""A prompt shorter than both cannot describe a video (subject, action, setting); the characters count for
+scripts written without spaces."""
 
 ECHO_SHARE = 0.5
 """A text is an echo when more than this share of its content words are the task's own words."""
@@ -61,7 +62,7 @@ def prompt_problems(prompt: str, *, concept: str, task_words: frozenset[str], pr
     wanted = concept_words(concept)
     if wanted and not any(style.has_word(present, w) or any(p.startswith(w[:5]) for p in present) for w in wanted):
         problems.append(f"the prompt must show the concept {concept!r}")
-    if len(style.words(prompt)) < PROMPT_MIN_WORDS:
+    if len(re.findall(r"\w+", prompt)) < PROMPT_MIN_WORDS and len(prompt.strip()) < PROMPT_MIN_CHARS:
         problems.append("the prompt must describe the video in a sentence (subject, action, setting, light)")
     elif is_echo(prompt, task_words):
         problems.append("the prompt repeats the task's instructions instead of describing the video")
