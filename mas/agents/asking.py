@@ -161,7 +161,7 @@ def merged_style(
     said = set(style.words(feedback))
 
     def in_feedback(item: str) -> bool:
-        return all(style.has_word(said, w) or any(s.startswith(w[:5]) for s in said) for w in style.content_words(item))
+        return all(style.mentions(said, w) for w in style.content_words(item))
 
     def items(text: str) -> list[str]:
         return [i.strip() for i in re.split(r",|\band\b", text) if i.strip()]

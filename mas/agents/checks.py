@@ -60,7 +60,7 @@ def prompt_problems(prompt: str, *, concept: str, task_words: frozenset[str], pr
     problems = []
     present = set(style.words(prompt))
     wanted = concept_words(concept)
-    if wanted and not any(style.has_word(present, w) or any(p.startswith(w[:5]) for p in present) for w in wanted):
+    if wanted and not any(style.mentions(present, w) for w in wanted):
         problems.append(f"the prompt must show the concept {concept!r}")
     if len(re.findall(r"\w+", prompt)) < PROMPT_MIN_WORDS and len(prompt.strip()) < PROMPT_MIN_CHARS:
         problems.append("the prompt must describe the video in a sentence (subject, action, setting, light)")

@@ -67,6 +67,12 @@ def has_word(text_words: set[str], word: str) -> bool:
     return any(t == word or t == word + "s" or t.startswith(word + "-") or t.endswith("-" + word) for t in text_words)
 
 
+def mentions(text_words: set[str], word: str) -> bool:
+    """`word` in the text as `has_word` finds it, or, for a word of five letters or more, by its first five
+    letters (guardians in "guardian", phoenix in "phoenixes")."""
+    return has_word(text_words, word) or (len(word) >= 5 and any(t.startswith(word[:5]) for t in text_words))
+
+
 @dataclass(frozen=True, kw_only=True)
 class StyleCheck:
     """How one prompt stands against the user's style: what it misses and what it should not name."""
