@@ -19,13 +19,14 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 
 from mas import db
+from mas.agents import style
 from mas.agents.llm import LLMAgent, LLMReplyError, LLMUnavailable, llm_agents
 from mas.agents.llm.context import changing_memory, system_prompt
 from mas.agents.protocol import Question
 from mas.agents.replies import DraftReply
 from mas.agents.roles import WriterBrief
 from mas.config import Settings
-from mas.memory import recall
+from mas.memory import blocks, recall
 from mas.models import Attempt, Batch, BatchStatus, VideoState
 from mas.pipeline.requests import ProductionRequest
 from tests.llm_faults import HANG, FaultyLLM
@@ -231,6 +232,9 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
         studio.worker("cpu", concurrency=2)
         studio.worker("gpu")
         assert studio.mas("memory", "set", "quality_standards", "MAX_RETRIES", "2").returncode == 0
+        learned = studio.mas("style", "I prefer dark moody aesthetics with purple and blue tones")
+        assert learned.returncode == 0, learned.stdout + learned.stderr
+        user_style = blocks.read(studio.settings, "user_style")
         batches = [studio.enqueue("Create a video of a mythical creature")]
         for command in (["series", "Forest Guardian", "--episodes", "2"], ["ab", "a lighthouse in a storm", "--variations", "2"]):
             result = studio.mas(*command)
@@ -243,8 +247,17 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
         videos = [v for b in batches for v in studio.videos(b)]
         with db.session_scope(studio.settings) as s:
             kinds = [s.get(Batch, b).kind for b in batches]
+            prompts = s.scalars(sa.select(Attempt.prompt)).all()
         _record_exchanges(studio.settings, "a batch, a series and an A/B test on the real model")
     assert kinds == ["batch", "series", "ab"] and len(videos) == 5
+    # the feedback's colours and moods are stored whatever the model read, and every prompt carries them
+    assert {"purple", "blue"} <= set(style.preferences(user_style, "COLOR_PREFERENCES")), user_style
+    assert {"dark", "moody"} <= set(style.preferences(user_style, "MOOD_PREFERENCES")), user_style
+    for prompt in prompts:
+        words = set(re.findall(r"[a-z]+", prompt.lower()))
+        words |= {w[:-1] for w in words if w.endswith("s")}
+        assert {"purple", "blue", "dark", "moody"} <= words, prompt
+        assert not words & {"bright", "cheerful", "orange", "yellow"}, prompt
     assert all(v.state in (VideoState.accepted, VideoState.failed) for v in videos)
     assert not any("failed:" in r for v in videos for r in (v.failure_reasons or []))  # no step failed
     assert any(v.attempt_count > 1 for v in videos), "no refinement round ran"
@@ -332,8 +345,8 @@ def _pick(settings: Settings, chosen: str, rejected: str, n: int) -> None:
 
 def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
     from mas import agents
-    from mas.learning.taste import Option
     from mas.learning.promotion import served, tune_taste
+    from mas.learning.taste import Option
 
     neon, pastoral = "a neon-lit cyberpunk alley at night, rain", "a sunny meadow with sheep, soft pastoral light"
     brief = WriterBrief(concept="a place at night or in soft light", attempt=1, user_style={}, series={},
