@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from gpu.residency import module_bytes, own_bytes
+
 CONFIGS = Path(__file__).parent / "configs"
 TABLE = Path(__file__).resolve().parent.parent / "mas" / "vram_models.json"
 LORA_RANK = 16
@@ -90,17 +92,6 @@ def build_meta(name: str) -> nn.Module:
         return MODELS[name][1]().eval()
 
 
-def own_bytes(module: nn.Module) -> int:
-    """Bytes of the tensors a module holds itself (not its children's)."""
-    tensors = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def total_bytes(module: nn.Module) -> int:
-    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
 def cast_fp8(module: nn.Module, compute: torch.dtype = torch.bfloat16) -> nn.Module:
     """fp8 storage as diffusers applies it (its default skip patterns: norms, embeddings of positions, the
     patchify projections), for diffusers and transformers models alike."""
@@ -115,9 +106,9 @@ def measure(module: nn.Module) -> dict[str, int]:
     """Total bytes, the largest single module's own bytes (what leaf-wise offloading brings on at once), and
     the largest block of a ModuleList (what block-wise offloading brings on)."""
     blocks = [m for m in module.modules() if isinstance(m, nn.ModuleList)]
-    largest_block = max((total_bytes(b) for lst in blocks for b in lst), default=0)
+    largest_block = max((module_bytes(b) for lst in blocks for b in lst), default=0)
     return {
-        "bytes": total_bytes(module),
+        "bytes": module_bytes(module),
         "largest_leaf_bytes": max(own_bytes(m) for m in module.modules()),
         "largest_block_bytes": largest_block,
     }

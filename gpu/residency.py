@@ -49,7 +49,7 @@ class ModelTooLarge(PermanentError):
     def __init__(self, *, key: str, size_bytes: int, budget_bytes: int) -> None:
         super().__init__(
             f"model {key!r} needs {size_bytes / GIB:.2f} GiB but the VRAM budget is {budget_bytes / GIB:.2f} GiB; "
-            "raise MAS_VRAM_BUDGET_GB or set MAS_CPU_OFFLOAD=true"
+            "raise MAS_VRAM_BUDGET_GB, or set MAS_DIFFUSERS_OFFLOAD / MAS_DIFFUSERS_FP8 (`mas gpu plan` says which fit)"
         )
         self.key, self.size_bytes, self.budget_bytes = key, size_bytes, budget_bytes
 
@@ -58,6 +58,25 @@ def module_bytes(module: nn.Module) -> int:
     """Bytes of a module's parameters and buffers (shared tensors counted once)."""
     tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def own_bytes(module: nn.Module) -> int:
+    """Bytes of the tensors a module holds itself, not its children's: what leaf-level offloading moves at once."""
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(False), *module.buffers(False)))
+
+
+def device_bytes(parts: list[nn.Module], offload: str) -> int:
+    """What `parts` keep on the device at most under `offload`: all of them (none), the largest whole model
+    (model), the two largest leaf modules' worth (group: the running one and the prefetched next), one
+    leaf (sequential)."""
+    if not parts:
+        return 0
+    if offload == "none":
+        return sum(module_bytes(p) for p in parts)
+    if offload == "model":
+        return max(module_bytes(p) for p in parts)
+    leaf = max(own_bytes(m) for p in parts for m in p.modules())
+    return 2 * leaf if offload == "group" else leaf
 
 
 def model_parts(model: Placeable) -> list[nn.Module]:
@@ -74,7 +93,7 @@ def model_parts(model: Placeable) -> list[nn.Module]:
 class _Entry:
     model: Placeable
     size_bytes: int
-    offloaded: bool
+    offloaded: bool  # the model moves its own parts on and off the device
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,12 +137,13 @@ class Residency:
         self._parked: dict[str, _Entry] = {}
         self._loads = self._swaps = self._evictions = self._drops = self._hits = 0
 
-    def get(self, key: str, *, loader: Callable[[], M], size_bytes: int | None = None, offloaded: bool = False) -> M:
+    def get(self, key: str, *, loader: Callable[[], M], size_bytes: int | None = None, offload: str = "none") -> M:
         """The model stored under `key`, on the device; `loader()` builds it (on any device) on first need.
 
         `size_bytes` is what the model takes on the device; measured from its parameters and buffers when
-        not given. `offloaded=True` is for a model that moves its own parts onto the device while it runs
-        (diffusers' model CPU offload): it is charged its largest part and the manager never moves it.
+        not given, under `offload` (`gpu.ltx2_recipe.device_bytes`): a model that moves its own parts onto the
+        device while it runs (model: one whole part at a time; group, sequential: leaf modules) is charged
+        what it keeps there at most, and the manager never moves it.
         """
         if (entry := self._resident.get(key)) is not None:
             self._resident.move_to_end(key)
@@ -141,10 +161,9 @@ class Residency:
         self._before_load(key)
         model = loader()
         if size_bytes is None:
-            sizes = [module_bytes(part) for part in model_parts(model)]
-            size_bytes = max(sizes, default=0) if offloaded else sum(sizes)
+            size_bytes = device_bytes(model_parts(model), offload)
             self._make_room(key=key, size_bytes=size_bytes)
-        entry = _Entry(model=model, size_bytes=size_bytes, offloaded=offloaded)
+        entry = _Entry(model=model, size_bytes=size_bytes, offloaded=offload != "none")
         self._place(entry, self.device)
         self._resident[key] = entry
         self._loads += 1

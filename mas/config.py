@@ -154,7 +154,8 @@ class Settings(BaseSettings):
         default="bfloat16", description="Weights dtype of models loaded on the GPU worker."
     )
     cpu_offload: bool = Field(
-        default=False, description="Offload idle pipeline parts to CPU (low VRAM); the same as MAS_DIFFUSERS_OFFLOAD=model."
+        default=False,
+        description="Offload idle pipeline parts to CPU (low VRAM); the same as MAS_DIFFUSERS_OFFLOAD=model.",
     )
     diffusers_offload: Literal["none", "model", "group", "sequential"] = Field(
         default="none",
@@ -184,11 +185,11 @@ class Settings(BaseSettings):
         description="The model is LTX-2's distilled checkpoint: its 8 fixed sigmas, no guidance (MAS_VIDEO_STEPS "
         "and MAS_VIDEO_GUIDANCE_SCALE are not used for the first stage).",
     )
-    diffusers_refine_steps: int = Field(
-        default=3, ge=1, le=3, description="Refining steps of the two-stage recipe (the distilled stage-2 sigmas)."
-    )
     video_guidance_scale: float = Field(
-        default=3.0, ge=1.0, le=30.0, description="Classifier-free guidance of the first stage (1: none, one pass per step)."
+        default=3.0,
+        ge=1.0,
+        le=30.0,
+        description="Classifier-free guidance of the first stage (1: none, one pass per step).",
     )
     vram_budget_gb: float = Field(
         default=0.0, ge=0, description="VRAM the resident models may use; 0 = the device's total."

@@ -209,7 +209,7 @@ def test_should_stop_ends_the_render_after_a_step_and_leaves_no_file(ltx_setting
 def test_an_offloaded_pipeline_is_charged_its_largest_part(ltx_settings):
     pipeline = diffusers.LTXPipeline.from_pretrained(ltx_settings.diffusers_model_path)
     manager = Residency(budget_bytes=None, device="cpu")
-    manager.get("ltx", loader=lambda: pipeline, offloaded=True)
+    manager.get("ltx", loader=lambda: pipeline, offload="model")
     parts = [module_bytes(m) for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
     assert manager.stats().resident_bytes == max(parts) < sum(parts)
 
