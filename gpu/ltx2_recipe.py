@@ -137,9 +137,18 @@ def two_stage(
 
         return callback
 
-    video, audio = stages.pipeline(
+    pipeline = stages.pipeline
+    prompt, negative = common.pop("prompt"), common.pop("negative_prompt")
+    embeds, mask, negative_embeds, negative_mask = pipeline.encode_prompt(
+        prompt, negative, do_classifier_free_guidance=first["guidance_scale"] > 1
+    )  # once for both stages: with offloading, the text encoder is brought on once
+    video, audio = pipeline(
         **common,
         **first,
+        prompt_embeds=embeds,
+        prompt_attention_mask=mask,
+        negative_prompt_embeds=negative_embeds,
+        negative_prompt_attention_mask=negative_mask,
         width=width,
         height=height,
         output_type="latent",
@@ -155,8 +164,10 @@ def two_stage(
         return_dict=False,
     )[0]
     with refining(stages) as sigmas:
-        return stages.pipeline(
+        return pipeline(
             **common,
+            prompt_embeds=embeds,
+            prompt_attention_mask=mask,
             latents=upsampled,
             audio_latents=audio,
             width=2 * width,

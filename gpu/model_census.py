@@ -39,57 +39,63 @@ def source(name: str) -> str:
     return str(json.loads((CONFIGS / f"{name}.json").read_text())["_source"])
 
 
-def _ltx2(cls_name: str, name: str) -> Callable[[], nn.Module]:
-    def build() -> nn.Module:
+def _ltx2(cls_name: str) -> Callable[[dict[str, Any]], nn.Module]:
+    def build(cfg: dict[str, Any]) -> nn.Module:
         import diffusers
         from diffusers.pipelines import ltx2
+        from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
-        cls = getattr(diffusers, cls_name, None) or getattr(ltx2, cls_name, None)
-        if cls is None:
-            from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
-
-            cls = LTX2Vocoder
-        return cls(**config(name))
+        cls = getattr(diffusers, cls_name, None) or getattr(ltx2, cls_name, None) or LTX2Vocoder
+        return cls(**cfg)
 
     return build
 
 
-def _gemma3() -> nn.Module:
+def _gemma3(cfg: dict[str, Any]) -> nn.Module:
     import transformers
 
-    return transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(**config("gemma3_12b")))
+    return transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(**cfg))
 
 
-def _clip() -> nn.Module:
+def _clip(cfg: dict[str, Any]) -> nn.Module:
     import transformers
 
-    return transformers.CLIPModel(transformers.CLIPConfig(**config("clip_vit_large_patch14")))
+    return transformers.CLIPModel(transformers.CLIPConfig(**cfg))
 
 
-def _qwen() -> nn.Module:
+def _qwen(cfg: dict[str, Any]) -> nn.Module:
     import transformers
 
-    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**config("qwen2_5_1_5b_instruct")))
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**cfg))
 
 
-MODELS: dict[str, tuple[str, Callable[[], nn.Module]]] = {
+MODELS: dict[str, tuple[str, Callable[[dict[str, Any]], nn.Module]]] = {
     # plan name -> (config file, builder)
-    "transformer": ("ltx2_transformer", _ltx2("LTX2VideoTransformer3DModel", "ltx2_transformer")),
+    "transformer": ("ltx2_transformer", _ltx2("LTX2VideoTransformer3DModel")),
     "text_encoder": ("gemma3_12b", _gemma3),
-    "connectors": ("ltx2_connectors", _ltx2("LTX2TextConnectors", "ltx2_connectors")),
-    "vae": ("ltx2_video_vae", _ltx2("AutoencoderKLLTX2Video", "ltx2_video_vae")),
-    "audio_vae": ("ltx2_audio_vae", _ltx2("AutoencoderKLLTX2Audio", "ltx2_audio_vae")),
-    "vocoder": ("ltx2_vocoder", _ltx2("LTX2Vocoder", "ltx2_vocoder")),
-    "latent_upsampler": ("ltx2_latent_upsampler", _ltx2("LTX2LatentUpsamplerModel", "ltx2_latent_upsampler")),
+    "connectors": ("ltx2_connectors", _ltx2("LTX2TextConnectors")),
+    "vae": ("ltx2_video_vae", _ltx2("AutoencoderKLLTX2Video")),
+    "audio_vae": ("ltx2_audio_vae", _ltx2("AutoencoderKLLTX2Audio")),
+    "vocoder": ("ltx2_vocoder", _ltx2("LTX2Vocoder")),
+    "latent_upsampler": ("ltx2_latent_upsampler", _ltx2("LTX2LatentUpsamplerModel")),
     "clip": ("clip_vit_large_patch14", _clip),
     "preference_base": ("qwen2_5_1_5b_instruct", _qwen),
 }
 
 
+def instantiate(name: str, overrides: dict[str, Any] | None = None) -> nn.Module:
+    """The model `name` from its real config, with `overrides` merged in (one level into nested configs), on
+    whatever device and default dtype are current: meta here, the GPU in the memory bench."""
+    cfg = config(MODELS[name][0])
+    for key, value in (overrides or {}).items():
+        cfg[key] = {**cfg[key], **value} if isinstance(value, dict) and isinstance(cfg.get(key), dict) else value
+    return MODELS[name][1](cfg).eval()
+
+
 def build_meta(name: str) -> nn.Module:
     """The model `name` at its real size, every tensor on the meta device."""
     with torch.device("meta"):
-        return MODELS[name][1]().eval()
+        return instantiate(name)
 
 
 def cast_fp8(module: nn.Module, compute: torch.dtype = torch.bfloat16) -> nn.Module:

@@ -162,19 +162,21 @@ def render_phases(recipe: Recipe) -> list[Phase]:
     """The phases of one render, each with what is on the device while it runs."""
     e = ELEMENT[recipe.dtype]
     batch = 2 if recipe.guidance > 1 else 1
-    text = batch * recipe.prompt_tokens * 3840 * 49 * e * 2  # 48 layers + embeddings kept for the connectors
+    kept = batch * recipe.prompt_tokens * 3840 * 49 * e  # Gemma's 48 layers + embeddings, kept for both stages
     f, h, w = _latent(recipe, 1)
     phases = [
-        ("encode prompt", ("text_encoder", "connectors"), text, "every hidden state of Gemma, twice"),
-        ("denoise", ("transformer",), _denoise_activations(recipe, scale=1, batch=batch), "one step"),
+        ("encode prompt", ("text_encoder", "connectors"), 2 * kept, "every hidden state of Gemma, and a copy"),
+        ("denoise", ("transformer",), kept + _denoise_activations(recipe, scale=1, batch=batch), "one step"),
     ]
     if recipe.two_stage:
-        upsample = 4 * 1024 * f * 2 * h * 2 * w * e
+        upsample = kept + 4 * 1024 * f * 2 * h * 2 * w * e
+        refine = kept + _denoise_activations(recipe, scale=2, batch=1)
         phases += [
             ("upsample latents", ("latent_upsampler",), upsample, "1024 channels at twice the size"),
-            ("refine", ("transformer",), _denoise_activations(recipe, scale=2, batch=1), "one step, x2 latents"),
+            ("refine", ("transformer",), refine, "one step, x2 latents"),
         ]
-    phases.append(("decode", ("vae", "audio_vae", "vocoder"), _decode_activations(recipe), "video and sound"))
+    decode = kept + _decode_activations(recipe)
+    phases.append(("decode", ("vae", "audio_vae", "vocoder"), decode, "video and sound"))
     everything = sum(on_device(m, recipe) for m in RENDER if recipe.two_stage or m != "latent_upsampler")
     return [
         Phase(

@@ -80,7 +80,7 @@ def test_each_phase_and_what_it_holds():
     ]  # fmt: skip
     models = vram_plan.models()
     assert phases["denoise"].weights_bytes == models["transformer"]["fp8"]["bytes"]
-    assert phases["refine"].activation_bytes > 3 * phases["denoise"].activation_bytes  # 4x the tokens
+    assert phases["refine"].activation_bytes > 2 * phases["denoise"].activation_bytes  # 4x the tokens
     assert phases["encode prompt"].weights_bytes == models["text_encoder"]["fp8"]["bytes"]
     assert phases["benchmark"].weights_bytes == 0
     one_stage = [p.name for p in vram_plan.phases(replace(recipe, two_stage=False, dqa=False))]
