@@ -293,3 +293,17 @@ def test_each_offload_and_storage_mode_loads_renders_and_is_charged_what_it_keep
     stored = {p.dtype for p in transformer.parameters()}
     assert (torch.float8_e4m3fn in stored) is fp8
     assert manager.stats().resident_bytes == expected_device_bytes(stages.modules, offload)
+
+
+@pytest.mark.parametrize("offload", ["model", "group", "sequential"])
+def test_the_two_stage_recipe_under_each_offload_mode_in_fp8_with_tiling(two_stage_settings, tmp_path, offload):
+    settings = two_stage_settings.model_copy(update={"diffusers_offload": offload, "diffusers_fp8": True,
+                                                     "vae_tiling": True})
+    manager = Residency(budget_bytes=None, device="cpu")
+    output = tmp_path / "video.mp4"
+    DiffusersBackend(settings=settings, residency=manager)(prompt="a red fox", negative_prompt="", seed=2,
+                                                           output=output, render_id="r")
+    frames, meta = decoded(output)
+    assert frames.shape == (FRAMES, 2 * SIZE, 2 * SIZE, 3) and meta["audio_codec"] == "aac"
+    stages = manager.get(DiffusersBackend(settings=settings, residency=manager).key, loader=lambda: pytest.fail("x"))
+    assert manager.stats().resident_bytes == expected_device_bytes(stages.modules, offload)
