@@ -30,13 +30,13 @@ from harness import ROOT, command_line, machine
 
 GIB = 2**30
 CONFIGS: dict[str, dict[str, Any]] = {
-    # name -> weights storage, offload mode, VAE tiling, memory cap (GiB; None: the whole card)
+    # name -> weights storage, offload mode, VAE tiling, memory cap (GiB; None: the whole card); in run order
     "3090: fp8, model offload, tiling": {"fp8": True, "offload": "model", "tiling": True, "cap": 24},
     "3090: bf16, model offload, tiling": {"fp8": False, "offload": "model", "tiling": True, "cap": 24},
-    "3090: fp8, group offload, tiling": {"fp8": True, "offload": "group", "tiling": True, "cap": 24},
     "whole card: bf16, no offload, tiling": {"fp8": False, "offload": "none", "tiling": True, "cap": None},
-    "whole card: fp8, no offload, tiling": {"fp8": True, "offload": "none", "tiling": True, "cap": None},
+    "3090: fp8, group offload, tiling": {"fp8": True, "offload": "group", "tiling": True, "cap": 24},
     "3090: bf16, group offload, tiling": {"fp8": False, "offload": "group", "tiling": True, "cap": 24},
+    "whole card: fp8, no offload, tiling": {"fp8": True, "offload": "none", "tiling": True, "cap": None},
 }
 TINY = {  # the same architectures, a few channels wide
     "transformer": dict(
@@ -141,10 +141,12 @@ def tokenizer() -> Any:
 
 
 class PhaseMeter:
-    """Marks phase changes from the components' forward calls; the peak of each phase."""
+    """Marks phase changes from the components' forward calls; the peak of each phase, written to `path` as each
+    phase ends (so a configuration cut off by the time budget still reports the phases it finished)."""
 
-    def __init__(self, cuda: bool) -> None:
+    def __init__(self, cuda: bool, path: Path, partial: dict[str, Any]) -> None:
         self.cuda, self.current, self.peaks, self.stage = cuda, "", {}, 1
+        self.path, self.partial = path, partial
 
     def enter(self, phase: str) -> None:
         import torch
@@ -153,6 +155,7 @@ class PhaseMeter:
             return
         self.close()
         self.current = phase
+        self.write()
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -164,6 +167,11 @@ class PhaseMeter:
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated()
             self.peaks[self.current] = max(self.peaks.get(self.current, 0), peak)
+        self.write()
+
+    def write(self) -> None:
+        where = f"in {self.current}" if self.current else "before the render"
+        self.path.write_text(json.dumps({**self.partial, "result": f"stopped {where}", "peaks": self.peaks}))
 
     def hook(self, module: Any, phase: str) -> None:
         module.register_forward_pre_hook(lambda *_: self.enter(phase if phase != "denoise" else self.denoise))
@@ -210,7 +218,10 @@ def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[s
     stages.upsample.set_progress_bar_config(disable=True)
     if spec["tiling"]:
         pipeline.vae.enable_tiling()
-    meter = PhaseMeter(cuda)
+    card = torch.cuda.get_device_name(0) if cuda else "none (CPU)"
+    partial = {"card": card, "build_seconds": round(build_seconds, 1)}
+    meter = PhaseMeter(cuda, Path(args.result), partial)
+    meter.close()
     for part, phase in (
         ("text_encoder", "encode prompt"),
         ("connectors", "encode prompt"),
@@ -263,6 +274,7 @@ def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[s
     first_steps = [b - a for a, b in zip(times[: args.steps], times[1 : args.steps])]  # the first step warms up
     refine_steps = [b - a for a, b in zip(times[args.steps :], times[args.steps + 1 :])]
     return {
+        **partial,
         "result": "ok",
         "frames": list(frames.shape),
         "audio": list(result.audio.shape),
@@ -270,7 +282,6 @@ def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[s
         "overall_peak": torch.cuda.max_memory_allocated() if cuda else 0,
         "stage1_seconds_per_step": sorted(first_steps)[len(first_steps) // 2] if first_steps else None,
         "stage2_seconds_per_step": sorted(refine_steps)[len(refine_steps) // 2] if refine_steps else None,
-        "build_seconds": round(build_seconds, 1),
         "render_seconds": round(time.monotonic() - render_started, 1),
     }
 
@@ -282,8 +293,15 @@ def child(args: argparse.Namespace) -> None:
     except Exception as exc:  # an out-of-memory is a result
         import torch
 
+        text = Path(args.result).read_text()
+        partial = json.loads(text) if text else {}
         oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-        out = {"result": "OOM" if oom else f"error: {type(exc).__name__}", "detail": str(exc).splitlines()[0][:300]}
+        where = partial.get("result", "stopped while building").removeprefix("stopped ")
+        out = {
+            **partial,
+            "result": f"OOM {where}" if oom else f"error {where}: {type(exc).__name__}",
+            "detail": (str(exc).splitlines() or [""])[0][:300],
+        }
         if torch.cuda.is_available():
             out["overall_peak"] = torch.cuda.max_memory_allocated()
     Path(args.result).write_text(json.dumps(out))
@@ -339,7 +357,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, gpu: st
         cells = [f"{peaks[p] / GIB:.1f} / {plan[p]:.1f}" if p in peaks else f"- / {plan[p]:.1f}" for p in phases]
         cap = CONFIGS[name]["cap"]
         overall = r.get("overall_peak", 0) / GIB
-        held = "" if not cap or r["result"] != "ok" else (" (cap held)" if overall <= cap else " (over the cap!)")
+        measured = cap and r["result"] == "ok" and r.get("overall_peak")
+        held = "" if not measured else (" (cap held)" if overall <= cap else " (over the cap!)")
         lines.append(f"| {name} | {cap or 'none'} | " + " | ".join(cells) + f" | {overall:.1f}{held} |")
     return "\n".join(lines) + "\n"
 
@@ -363,9 +382,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.one:
         return child(args)
-    import torch
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.tiny else "none (CPU)"
     deadline = time.monotonic() + args.budget
     names = [list(CONFIGS)[int(i)] for i in args.configs.split(",")]
     results: dict[str, dict[str, Any]] = {}
@@ -396,15 +412,17 @@ def main() -> None:
                 subprocess.run(argv + (["--tiny"] if args.tiny else []), timeout=left, check=False, cwd=ROOT)
                 text = Path(out.name).read_text()
                 results[name] = json.loads(text) if text else {"result": "crashed (no result)"}
-            except subprocess.TimeoutExpired:
-                results[name] = {"result": f"timed out after {left:.0f} s"}
+            except subprocess.TimeoutExpired:  # what it finished is in its file
+                text = Path(out.name).read_text()
+                results[name] = {**(json.loads(text) if text else {}), "result": f"timed out after {left:.0f} s"}
         r = results[name]
         print(
             f"        {r['result']} peak {r.get('overall_peak', 0) / GIB:.1f} GiB "
             f"s/step {r.get('stage1_seconds_per_step')} / {r.get('stage2_seconds_per_step')}",
             flush=True,
         )
-    text = report(results, args, gpu)
+    cards = [r["card"] for r in results.values() if r.get("card")]  # the parent never holds a CUDA context
+    text = report(results, args, cards[0] if cards else "unknown")
     if args.output:
         args.output.write_text(text)
         print(f"wrote {args.output}")
