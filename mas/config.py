@@ -192,7 +192,10 @@ class Settings(BaseSettings):
         description="Classifier-free guidance of the first stage (1: none, one pass per step).",
     )
     vram_budget_gb: float = Field(
-        default=0.0, ge=0, description="VRAM the resident models may use; 0 = the device's total."
+        default=0.0,
+        ge=0,
+        description="VRAM the resident models may use; 0 = the device's total. A gpu worker refuses at start an "
+        "in-process LTX-2 recipe whose peak cannot fit it (`mas gpu plan` says which settings do).",
     )
 
     # --- dynamic quality alignment (DQA) ----------------------------------------------------------
