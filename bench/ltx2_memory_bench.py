@@ -308,8 +308,12 @@ def child(args: argparse.Namespace) -> None:
 
 
 def planned(spec: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
-    """The plan's prediction per phase, in GiB, without its fixed reserve (which no tensor counts)."""
-    from mas import vram_plan
+    """The plan's prediction per phase, in GiB, without its fixed reserve (which no tensor counts); none where
+    the studio's own dependencies are not installed (a bare GPU host: `--report-from` writes it again here)."""
+    try:
+        from mas import vram_plan
+    except ImportError:
+        return {}
 
     recipe = vram_plan.Recipe(
         width=args.width,
@@ -324,15 +328,15 @@ def planned(spec: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
     return {p.name: (p.weights_bytes + p.activation_bytes) / GIB for p in vram_plan.render_phases(recipe)}
 
 
-def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, gpu: str) -> str:
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, gpu: str, command: str, host: str) -> str:
     lines = [
         "# LTX-2 in process at its real size: memory and step time",
         "",
         "Command:",
         "",
-        f"    {command_line(__file__)}",
+        f"    {command}",
         "",
-        f"Date: {datetime.date.today()}. Machine: {machine()}. Card: {gpu}.",
+        f"Date: {datetime.date.today()}. Machine: {host}. Card: {gpu}.",
         f"Render: {args.width}x{args.height}, {args.frames} frames, two stages (stage 1 on the first {args.steps} "
         "distilled sigmas, no guidance; latent upsample x2; the 3 refining steps; decode at twice the size). Random "
         "weights at the real sizes (gpu/configs/). Peaks are torch.cuda.max_memory_allocated per phase (the CUDA "
@@ -354,7 +358,10 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, gpu: st
     for name, r in results.items():
         plan = planned(CONFIGS[name], args)
         peaks = r.get("peaks", {})
-        cells = [f"{peaks[p] / GIB:.1f} / {plan[p]:.1f}" if p in peaks else f"- / {plan[p]:.1f}" for p in phases]
+        cells = [
+            f"{f'{peaks[p] / GIB:.1f}' if p in peaks else '-'} / {f'{plan[p]:.1f}' if p in plan else '?'}"
+            for p in phases
+        ]
         cap = CONFIGS[name]["cap"]
         overall = r.get("overall_peak", 0) / GIB
         measured = cap and r["result"] == "ok" and r.get("overall_peak")
@@ -377,11 +384,19 @@ def main() -> None:
         default=",".join(str(i) for i in range(len(CONFIGS))),
         help="Which configurations, by index in run order (default all).",
     )
+    parser.add_argument(
+        "--report-from", type=Path, default=None, help="Write the report again from a run's .json (no GPU needed)."
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         return child(args)
+    if args.report_from:
+        saved = json.loads(args.report_from.read_text())
+        vars(args).update(saved["args"])
+        text = report(saved["results"], args, saved["card"], saved["command"], saved["machine"])
+        return write(text, args.output)
     deadline = time.monotonic() + args.budget
     names = [list(CONFIGS)[int(i)] for i in args.configs.split(",")]
     results: dict[str, dict[str, Any]] = {}
@@ -422,10 +437,20 @@ def main() -> None:
             flush=True,
         )
     cards = [r["card"] for r in results.values() if r.get("card")]  # the parent never holds a CUDA context
-    text = report(results, args, cards[0] if cards else "unknown")
-    if args.output:
-        args.output.write_text(text)
-        print(f"wrote {args.output}")
+    card, command, host = cards[0] if cards else "unknown", command_line(__file__), machine()
+    if args.output:  # the report goes to bench/ whatever folder the GPU host wrote it to
+        command = command.replace(str(args.output), f"bench/{args.output.name}")
+    if args.output:  # the raw figures beside the report, to write it again elsewhere (--report-from)
+        kept = {k: vars(args)[k] for k in ("width", "height", "frames", "steps")}
+        raw = {"args": kept, "results": results, "card": card, "command": command, "machine": host}
+        args.output.with_suffix(".json").write_text(json.dumps(raw, indent=2) + "\n")
+    write(report(results, args, card, command, host), args.output)
+
+
+def write(text: str, output: Path | None) -> None:
+    if output:
+        output.write_text(text)
+        print(f"wrote {output}")
     else:
         print(text)
 
