@@ -13,7 +13,7 @@ chooses, by settings, what stays on the device (`mas.vram_plan` says which choic
   by `LTX2LatentUpsamplePipeline`, then 3 refining steps on the distilled stage-2 sigmas, with the distilled
   LoRA (MAS_DIFFUSERS_LORA_PATH) switched on for them only.
 
-What a loaded pipeline keeps on the device under each mode is `gpu.residency.device_bytes`, the same count
+What a loaded pipeline keeps on the device under each mode is `gpu.sizes.device_bytes`, the same count
 `mas.vram_plan.on_device` makes from the census.
 """
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpu.residency import module_bytes, own_bytes
+from gpu.sizes import module_bytes, own_bytes
 
 CONFIGS = Path(__file__).parent / "configs"
 TABLE = Path(__file__).resolve().parent.parent / "mas" / "vram_models.json"

@@ -26,6 +26,7 @@ import psutil
 import torch
 from torch import nn
 
+from gpu.sizes import device_bytes
 from mas.config import Settings
 from mas.errors import PermanentError
 
@@ -52,31 +53,6 @@ class ModelTooLarge(PermanentError):
             "raise MAS_VRAM_BUDGET_GB, or set MAS_DIFFUSERS_OFFLOAD / MAS_DIFFUSERS_FP8 (`mas gpu plan` says which fit)"
         )
         self.key, self.size_bytes, self.budget_bytes = key, size_bytes, budget_bytes
-
-
-def module_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters and buffers (shared tensors counted once)."""
-    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
-def own_bytes(module: nn.Module) -> int:
-    """Bytes of the tensors a module holds itself, not its children's: what leaf-level offloading moves at once."""
-    return sum(t.numel() * t.element_size() for t in (*module.parameters(False), *module.buffers(False)))
-
-
-def device_bytes(parts: list[nn.Module], offload: str) -> int:
-    """What `parts` keep on the device at most under `offload`: all of them (none), the largest whole model
-    (model), the two largest leaf modules' worth (group: the running one and the prefetched next), one
-    leaf (sequential)."""
-    if not parts:
-        return 0
-    if offload == "none":
-        return sum(module_bytes(p) for p in parts)
-    if offload == "model":
-        return max(module_bytes(p) for p in parts)
-    leaf = max(own_bytes(m) for p in parts for m in p.modules())
-    return 2 * leaf if offload == "group" else leaf
 
 
 def model_parts(model: Placeable) -> list[nn.Module]:
@@ -141,9 +117,9 @@ class Residency:
         """The model stored under `key`, on the device; `loader()` builds it (on any device) on first need.
 
         `size_bytes` is what the model takes on the device; measured from its parameters and buffers when
-        not given, under `offload` (`gpu.ltx2_recipe.device_bytes`): a model that moves its own parts onto the
-        device while it runs (model: one whole part at a time; group, sequential: leaf modules) is charged
-        what it keeps there at most, and the manager never moves it.
+        not given, under `offload`: a model that moves its own parts onto the device while it runs (model: one
+        whole part at a time; group, sequential: leaf modules) is charged what it keeps there at most
+        (`gpu.sizes.device_bytes`), and the manager never moves it.
         """
         if (entry := self._resident.get(key)) is not None:
             self._resident.move_to_end(key)

@@ -18,7 +18,8 @@ import torch
 from gpu.diffusers_backend import DiffusersBackend, ModelPathError
 from gpu.factory import residency, video_backend
 from gpu.interfaces import RenderStopped
-from gpu.residency import Residency, module_bytes, own_bytes
+from gpu.residency import Residency
+from gpu.sizes import module_bytes, own_bytes
 from mas.config import Settings
 
 diffusers = pytest.importorskip("diffusers")

@@ -51,7 +51,7 @@ def test_the_real_sizes():
 @pytest.mark.parametrize("mode", vram_plan.OFFLOAD_MODES)
 def test_the_plan_counts_what_the_residency_manager_charges(mode):
     """The plan's arithmetic over the census and the residency's count over the loaded modules agree."""
-    from gpu.residency import device_bytes
+    from gpu.sizes import device_bytes
 
     for fp8 in (False, True):
         transformer = census.build_meta("transformer").to(torch.bfloat16)
