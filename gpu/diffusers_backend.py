@@ -5,6 +5,9 @@ between tasks; a backend object is cheap and built per task. Frames come back as
 written as H.264 with imageio-ffmpeg. LTX-2 generates sound with the picture: `LTX2Pipeline` returns
 `audio`, a waveform tensor (batch, channels, samples) in [-1, 1] at `vocoder.config.output_sampling_rate`
 (24 kHz for LTX-2), which is muxed into the mp4 as AAC. LTX-Video returns frames only.
+
+What stays on the device (fp8 storage, offload mode, VAE tiling) and the two-stage recipe are in
+`gpu.ltx2_recipe`; `mas.vram_plan` says which settings fit a card.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 import torch
 
 from gpu.interfaces import Progress, check_stop
+from gpu.ltx2_recipe import REFINE_ADAPTER, LTX2Stages, sampling, store_fp8, two_stage
 from gpu.residency import Residency
 from mas.config import Settings
 from mas.errors import PermanentError
@@ -61,30 +65,49 @@ class DiffusersBackend:
 
     @property
     def key(self) -> str:
-        """The residency key: one resident pipeline per model folder, class and dtype."""
+        """The residency key: one resident pipeline per model folder, class, storage, offload and recipe."""
         s = self.settings
-        return f"diffusers:{s.diffusers_pipeline}:{s.torch_dtype}:{s.diffusers_model_path}"
+        recipe = (
+            f"{s.diffusers_fp8}:{s.offload_mode}:{s.vae_tiling}:{s.diffusers_upsampler_path}:{s.diffusers_lora_path}"
+        )
+        return f"diffusers:{s.diffusers_pipeline}:{s.torch_dtype}:{s.diffusers_model_path}:{recipe}"
 
     @property
-    def offloaded(self) -> bool:
-        """Model CPU offload only means something with an accelerator to offload from."""
-        return self.settings.cpu_offload and self.residency.device.type != "cpu"
+    def two_stage(self) -> bool:
+        return self.settings.diffusers_pipeline == "ltx2" and self.settings.diffusers_upsampler_path is not None
 
-    def pipeline(self) -> Any:
+    def pipeline(self) -> LTX2Stages:
         """The resident pipeline, loaded on first need (in the worker child, never at import)."""
-        return self.residency.get(self.key, loader=self._load, offloaded=self.offloaded)
+        return self.residency.get(self.key, loader=self._load, offload=self.settings.offload_mode)
 
-    def _load(self) -> Any:
+    def _load(self) -> LTX2Stages:
         import diffusers  # heavy; only the GPU worker needs it
 
-        pipeline_class = getattr(diffusers, PIPELINES[self.settings.diffusers_pipeline])
-        pipeline = pipeline_class.from_pretrained(
-            model_folder(self.settings), dtype=getattr(torch, self.settings.torch_dtype), local_files_only=True
-        )
+        s = self.settings
+        compute = getattr(torch, s.torch_dtype)
+        pipeline_class = getattr(diffusers, PIPELINES[s.diffusers_pipeline])
+        pipeline = pipeline_class.from_pretrained(model_folder(s), dtype=compute, local_files_only=True)
         pipeline.set_progress_bar_config(disable=True)  # progress goes to the task state instead
-        if self.offloaded:
-            pipeline.enable_model_cpu_offload(device=self.residency.device)
-        return pipeline
+        stages = LTX2Stages(pipeline=pipeline, offload_mode=s.offload_mode)
+        if self.two_stage:
+            from diffusers.pipelines.ltx2 import LTX2LatentUpsamplePipeline, LTX2LatentUpsamplerModel
+
+            upsampler = LTX2LatentUpsamplerModel.from_pretrained(
+                s.diffusers_upsampler_path, dtype=compute, local_files_only=True
+            )
+            stages.upsample = LTX2LatentUpsamplePipeline(vae=pipeline.vae, latent_upsampler=upsampler)
+            stages.upsample.set_progress_bar_config(disable=True)
+            if s.diffusers_lora_path is not None:
+                lora = s.diffusers_lora_path
+                pipeline.load_lora_weights(lora.parent, weight_name=lora.name, adapter_name=REFINE_ADAPTER)
+                pipeline.disable_lora()  # on for the refining steps only
+                stages.lora = True
+        if s.diffusers_fp8:
+            store_fp8([m for m in (pipeline.transformer, pipeline.text_encoder) if m is not None], compute)
+        if s.vae_tiling:
+            pipeline.vae.enable_tiling()
+        stages.place(self.residency.device)
+        return stages
 
     def __call__(
         self,
@@ -105,30 +128,36 @@ class DiffusersBackend:
         s = self.settings
         what = "the diffusers render"
         check_stop(should_stop, what)
-        pipeline = self.pipeline()
+        stages = self.pipeline()
 
-        def on_step_end(pipe: Any, step: int, timestep: Any, callback_kwargs: dict) -> dict:
+        def on_step(done: int, total: int) -> None:
             if progress is not None:
-                progress(step + 1, pipe.num_timesteps)
+                progress(done, total)
             check_stop(should_stop, what)
-            return callback_kwargs
 
-        result = pipeline(
+        common: dict[str, Any] = dict(
             prompt=prompt,
             negative_prompt=negative_prompt,
             width=s.video_width,
             height=s.video_height,
             num_frames=s.video_frames,
             frame_rate=float(s.video_fps),
-            num_inference_steps=s.video_steps,
             # a CPU generator draws the same noise for a seed on any device
             generator=torch.Generator(device="cpu").manual_seed(seed),
-            output_type="np",
-            callback_on_step_end=on_step_end,
         )
+        first = sampling(distilled=s.diffusers_distilled, steps=s.video_steps, guidance=s.video_guidance_scale)
+        if self.two_stage:
+            result = two_stage(stages, first=first, common=common, on_step=on_step)
+        else:
+
+            def on_step_end(pipe: Any, step: int, timestep: Any, callback_kwargs: dict) -> dict:
+                on_step(step + 1, pipe.num_timesteps)
+                return callback_kwargs
+
+            result = stages.pipeline(**common, **first, output_type="np", callback_on_step_end=on_step_end)
         frames = (np.clip(result.frames[0], 0, 1) * 255).round().astype(np.uint8)
         audio = getattr(result, "audio", None)
-        rate = pipeline.vocoder.config.output_sampling_rate if audio is not None else 0
+        rate = stages.pipeline.vocoder.config.output_sampling_rate if audio is not None else 0
         check_stop(should_stop, what)
         write_mp4(frames=frames, fps=s.video_fps, output=output, audio=audio, audio_rate=rate)
         return output

@@ -68,8 +68,13 @@ def video_backend(settings: Settings) -> VideoBackend:
         return ComfyUIBackend(settings=settings)
     if settings.video_backend == "diffusers":
         from gpu.diffusers_backend import DiffusersBackend
+        from gpu.residency import GIB
+        from mas.vram_plan import check_fits
 
-        return DiffusersBackend(settings=settings, residency=residency(settings))
+        manager = residency(settings)
+        if manager.budget_bytes is not None:  # the budget, or the card's memory: refused before anything loads
+            check_fits(settings, budget_gb=manager.budget_bytes / GIB)
+        return DiffusersBackend(settings=settings, residency=manager)
     raise InvalidSettings(
         f"unknown video backend {settings.video_backend!r}; set MAS_VIDEO_BACKEND to preview, comfyui or diffusers"
     )

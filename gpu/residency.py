@@ -26,6 +26,7 @@ import psutil
 import torch
 from torch import nn
 
+from gpu.sizes import device_bytes
 from mas.config import Settings
 from mas.errors import PermanentError
 
@@ -49,15 +50,9 @@ class ModelTooLarge(PermanentError):
     def __init__(self, *, key: str, size_bytes: int, budget_bytes: int) -> None:
         super().__init__(
             f"model {key!r} needs {size_bytes / GIB:.2f} GiB but the VRAM budget is {budget_bytes / GIB:.2f} GiB; "
-            "raise MAS_VRAM_BUDGET_GB or set MAS_CPU_OFFLOAD=true"
+            "raise MAS_VRAM_BUDGET_GB, or set MAS_DIFFUSERS_OFFLOAD / MAS_DIFFUSERS_FP8 (`mas gpu plan` says which fit)"
         )
         self.key, self.size_bytes, self.budget_bytes = key, size_bytes, budget_bytes
-
-
-def module_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters and buffers (shared tensors counted once)."""
-    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def model_parts(model: Placeable) -> list[nn.Module]:
@@ -74,7 +69,7 @@ def model_parts(model: Placeable) -> list[nn.Module]:
 class _Entry:
     model: Placeable
     size_bytes: int
-    offloaded: bool
+    offloaded: bool  # the model moves its own parts on and off the device
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,12 +113,13 @@ class Residency:
         self._parked: dict[str, _Entry] = {}
         self._loads = self._swaps = self._evictions = self._drops = self._hits = 0
 
-    def get(self, key: str, *, loader: Callable[[], M], size_bytes: int | None = None, offloaded: bool = False) -> M:
+    def get(self, key: str, *, loader: Callable[[], M], size_bytes: int | None = None, offload: str = "none") -> M:
         """The model stored under `key`, on the device; `loader()` builds it (on any device) on first need.
 
         `size_bytes` is what the model takes on the device; measured from its parameters and buffers when
-        not given. `offloaded=True` is for a model that moves its own parts onto the device while it runs
-        (diffusers' model CPU offload): it is charged its largest part and the manager never moves it.
+        not given, under `offload`: a model that moves its own parts onto the device while it runs (model: one
+        whole part at a time; group, sequential: leaf modules) is charged what it keeps there at most
+        (`gpu.sizes.device_bytes`), and the manager never moves it.
         """
         if (entry := self._resident.get(key)) is not None:
             self._resident.move_to_end(key)
@@ -141,10 +137,9 @@ class Residency:
         self._before_load(key)
         model = loader()
         if size_bytes is None:
-            sizes = [module_bytes(part) for part in model_parts(model)]
-            size_bytes = max(sizes, default=0) if offloaded else sum(sizes)
+            size_bytes = device_bytes(model_parts(model), offload)
             self._make_room(key=key, size_bytes=size_bytes)
-        entry = _Entry(model=model, size_bytes=size_bytes, offloaded=offloaded)
+        entry = _Entry(model=model, size_bytes=size_bytes, offloaded=offload != "none")
         self._place(entry, self.device)
         self._resident[key] = entry
         self._loads += 1

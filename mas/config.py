@@ -153,9 +153,49 @@ class Settings(BaseSettings):
     torch_dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Weights dtype of models loaded on the GPU worker."
     )
-    cpu_offload: bool = Field(default=False, description="Offload idle pipeline parts to CPU (low VRAM).")
+    cpu_offload: bool = Field(
+        default=False,
+        description="Offload idle pipeline parts to CPU (low VRAM); the same as MAS_DIFFUSERS_OFFLOAD=model.",
+    )
+    diffusers_offload: Literal["none", "model", "group", "sequential"] = Field(
+        default="none",
+        description="What of the in-process pipeline stays on the GPU: none (everything), model (one whole model "
+        "at a time), group (leaf modules as they run, the next prefetched), sequential (one leaf module at a time; "
+        "slowest, least memory). `mas gpu plan` says which fit a card.",
+    )
+    diffusers_fp8: bool = Field(
+        default=False,
+        description="Store the LTX-2 transformer's and text encoder's weights in fp8 (float8_e4m3fn), computing in "
+        "MAS_TORCH_DTYPE layer by layer (diffusers' layerwise casting): half their bytes.",
+    )
+    vae_tiling: bool = Field(
+        default=False, description="Decode the video in tiles (diffusers' VAE tiling): far less memory at decode."
+    )
+    diffusers_upsampler_path: Path | None = Field(
+        default=None,
+        description="Local folder of LTX-2's latent upsampler (LTX2LatentUpsamplerModel). Set: the two-stage recipe "
+        "(render at the configured size, upsample the latents x2, refine), so the video is twice the size.",
+    )
+    diffusers_lora_path: Path | None = Field(
+        default=None,
+        description="LTX-2's distilled LoRA (a .safetensors file), applied for the refining stage only.",
+    )
+    diffusers_distilled: bool = Field(
+        default=False,
+        description="The model is LTX-2's distilled checkpoint: its 8 fixed sigmas, no guidance (MAS_VIDEO_STEPS "
+        "and MAS_VIDEO_GUIDANCE_SCALE are not used for the first stage).",
+    )
+    video_guidance_scale: float = Field(
+        default=3.0,
+        ge=1.0,
+        le=30.0,
+        description="Classifier-free guidance of the first stage (1: none, one pass per step).",
+    )
     vram_budget_gb: float = Field(
-        default=0.0, ge=0, description="VRAM the resident models may use; 0 = the device's total."
+        default=0.0,
+        ge=0,
+        description="VRAM the resident models may use; 0 = the device's total. A gpu worker refuses at start an "
+        "in-process LTX-2 recipe whose peak cannot fit it (`mas gpu plan` says which settings do).",
     )
 
     # --- dynamic quality alignment (DQA) ----------------------------------------------------------
@@ -514,6 +554,11 @@ class Settings(BaseSettings):
         if not re.fullmatch(USER_PATTERN, user):
             raise InvalidInput(f"user name {user!r}: use letters, digits, '_', '.' or '-', at most 40 characters")
         return self if user == self.user else self.model_copy(update={"user": user})
+
+    @property
+    def offload_mode(self) -> str:
+        """MAS_DIFFUSERS_OFFLOAD, with the older MAS_CPU_OFFLOAD=true read as model offload."""
+        return "model" if self.cpu_offload and self.diffusers_offload == "none" else self.diffusers_offload
 
     @property
     def groups_gpu_work(self) -> bool:

@@ -18,7 +18,8 @@ import torch
 from gpu.diffusers_backend import DiffusersBackend, ModelPathError
 from gpu.factory import residency, video_backend
 from gpu.interfaces import RenderStopped
-from gpu.residency import Residency, module_bytes
+from gpu.residency import Residency
+from gpu.sizes import module_bytes, own_bytes
 from mas.config import Settings
 
 diffusers = pytest.importorskip("diffusers")
@@ -86,6 +87,24 @@ def build_tiny_ltx2(folder: Path) -> None:
     ).save_pretrained(folder)
 
 
+def build_tiny_refiner(folder: Path, transformer_folder: Path) -> tuple[Path, Path]:
+    """A tiny latent upsampler and a LoRA on the tiny LTX-2 transformer, as the two-stage recipe loads them."""
+    from diffusers.pipelines.ltx2 import LTX2LatentUpsamplerModel
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    torch.manual_seed(0)
+    LTX2LatentUpsamplerModel(in_channels=4, mid_channels=32, num_blocks_per_stage=1, dims=3).save_pretrained(
+        folder / "upsampler"
+    )
+    transformer = diffusers.LTX2VideoTransformer3DModel.from_pretrained(transformer_folder, subfolder="transformer")
+    lora = LoraConfig(r=2, lora_alpha=2, target_modules=["to_q", "to_k", "to_v", "to_out.0"], init_lora_weights=False)
+    transformer.add_adapter(lora)
+    diffusers.LTX2Pipeline.save_lora_weights(
+        folder / "lora", transformer_lora_layers=get_peft_model_state_dict(transformer), weight_name="refine.safetensors"
+    )
+    return folder / "upsampler", folder / "lora" / "refine.safetensors"
+
+
 def build_tiny_ltx(folder: Path) -> None:
     """A tiny LTXPipeline: T5 text encoder, video transformer, video VAE."""
     tokenizer = transformers.T5Tokenizer(
@@ -136,6 +155,12 @@ def ltx_settings(tmp_path_factory) -> Settings:
     folder = tmp_path_factory.mktemp("tiny-ltx")
     build_tiny_ltx(folder)
     return tiny_settings(folder=folder, pipeline="ltx", data_dir=tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def two_stage_settings(ltx2_settings, tmp_path_factory) -> Settings:
+    upsampler, lora = build_tiny_refiner(tmp_path_factory.mktemp("refiner"), ltx2_settings.diffusers_model_path)
+    return ltx2_settings.model_copy(update={"diffusers_upsampler_path": upsampler, "diffusers_lora_path": lora})
 
 
 def decoded(path: Path) -> tuple[np.ndarray, dict]:
@@ -209,7 +234,7 @@ def test_should_stop_ends_the_render_after_a_step_and_leaves_no_file(ltx_setting
 def test_an_offloaded_pipeline_is_charged_its_largest_part(ltx_settings):
     pipeline = diffusers.LTXPipeline.from_pretrained(ltx_settings.diffusers_model_path)
     manager = Residency(budget_bytes=None, device="cpu")
-    manager.get("ltx", loader=lambda: pipeline, offloaded=True)
+    manager.get("ltx", loader=lambda: pipeline, offload="model")
     parts = [module_bytes(m) for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
     assert manager.stats().resident_bytes == max(parts) < sum(parts)
 
@@ -219,3 +244,67 @@ def test_a_missing_model_folder_says_what_to_set(tmp_path):
         video_backend(Settings(data_dir=tmp_path, video_backend="diffusers"))
     with pytest.raises(ModelPathError, match="no model_index.json"):
         video_backend(Settings(data_dir=tmp_path, video_backend="diffusers", diffusers_model_path=tmp_path))
+
+
+def test_the_two_stage_recipe_renders_twice_the_size_with_sound(two_stage_settings, tmp_path):
+    manager = Residency(budget_bytes=None, device="cpu")
+    backend = DiffusersBackend(settings=two_stage_settings, residency=manager)
+    steps: list[tuple[int, int]] = []
+    output = tmp_path / "video.mp4"
+    backend(prompt="a robot dancing", negative_prompt="blurry", seed=1, output=output, render_id="r",
+            progress=lambda done, total: steps.append((done, total)))
+    frames, meta = decoded(output)
+    assert frames.shape == (FRAMES, 2 * SIZE, 2 * SIZE, 3)  # latents upsampled x2, then refined
+    assert meta["audio_codec"] == "aac"
+    assert steps == [(n, STEPS + 3) for n in range(1, STEPS + 4)]  # stage 1, then the 3 refining steps
+    stages = manager.get(backend.key, loader=lambda: pytest.fail("resident"))
+    assert "latent_upsampler" in stages.components and stages.lora
+    again = tmp_path / "again.mp4"
+    backend(prompt="a robot dancing", negative_prompt="blurry", seed=1, output=again, render_id="r")
+    assert np.array_equal(decoded(again)[0], frames)  # the LoRA and scheduler were put back after stage 2
+    plain = two_stage_settings.model_copy(update={"diffusers_lora_path": None})
+    without = tmp_path / "without.mp4"
+    DiffusersBackend(settings=plain, residency=manager)(prompt="a robot dancing", negative_prompt="blurry", seed=1,
+                                                        output=without, render_id="r")
+    assert not np.array_equal(decoded(without)[0], frames)  # the LoRA did refine
+
+
+def expected_device_bytes(parts: list[torch.nn.Module], offload: str) -> int:
+    """What each mode keeps on the device, counted here from the modules' own tensors."""
+    whole = [sum(t.numel() * t.element_size() for t in {id(t): t for t in [*p.parameters(), *p.buffers()]}.values())
+             for p in parts]
+    leaf = max(own_bytes(m) for p in parts for m in p.modules())
+    return {"none": sum(whole), "model": max(whole), "group": 2 * leaf, "sequential": leaf}[offload]
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["float32", "fp8"])
+@pytest.mark.parametrize("offload", ["none", "model", "group", "sequential"])
+def test_each_offload_and_storage_mode_loads_renders_and_is_charged_what_it_keeps(ltx2_settings, tmp_path,
+                                                                                  offload, fp8):
+    settings = ltx2_settings.model_copy(update={"diffusers_offload": offload, "diffusers_fp8": fp8,
+                                                "vae_tiling": offload == "group"})
+    manager = Residency(budget_bytes=None, device="cpu")
+    backend = DiffusersBackend(settings=settings, residency=manager)
+    output = tmp_path / "video.mp4"
+    backend(prompt="a red fox", negative_prompt="", seed=2, output=output, render_id="r")
+    frames, meta = decoded(output)
+    assert frames.shape == (FRAMES, SIZE, SIZE, 3) and meta["audio_codec"] == "aac"
+    stages = manager.get(backend.key, loader=lambda: pytest.fail("resident"))
+    transformer = stages.pipeline.transformer
+    stored = {p.dtype for p in transformer.parameters()}
+    assert (torch.float8_e4m3fn in stored) is fp8
+    assert manager.stats().resident_bytes == expected_device_bytes(stages.modules, offload)
+
+
+@pytest.mark.parametrize("offload", ["model", "group", "sequential"])
+def test_the_two_stage_recipe_under_each_offload_mode_in_fp8_with_tiling(two_stage_settings, tmp_path, offload):
+    settings = two_stage_settings.model_copy(update={"diffusers_offload": offload, "diffusers_fp8": True,
+                                                     "vae_tiling": True})
+    manager = Residency(budget_bytes=None, device="cpu")
+    output = tmp_path / "video.mp4"
+    DiffusersBackend(settings=settings, residency=manager)(prompt="a red fox", negative_prompt="", seed=2,
+                                                           output=output, render_id="r")
+    frames, meta = decoded(output)
+    assert frames.shape == (FRAMES, 2 * SIZE, 2 * SIZE, 3) and meta["audio_codec"] == "aac"
+    stages = manager.get(DiffusersBackend(settings=settings, residency=manager).key, loader=lambda: pytest.fail("x"))
+    assert manager.stats().resident_bytes == expected_device_bytes(stages.modules, offload)

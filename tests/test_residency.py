@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from gpu.factory import residency
-from gpu.residency import GIB, ModelTooLarge, Residency, budget_of, model_parts, module_bytes
+from gpu.residency import GIB, ModelTooLarge, Residency, budget_of, model_parts
+from gpu.sizes import module_bytes
 from mas.config import Settings
 
 LINEAR_BYTES = 16 * 16 * 4  # nn.Linear(16, 16, bias=False) in float32

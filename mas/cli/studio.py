@@ -8,6 +8,7 @@ import sys
 import click
 from rich.table import Column, Table
 
+from mas import vram_plan
 from mas.cli.context import console, load_settings, ready
 from mas.config import Settings
 from mas.runtime import foreground, processes, services
@@ -41,6 +42,7 @@ def run(settings: Settings, concurrency: int | None, loglevel: str, grace: float
 
     Their logs are interleaved here, each line labelled; Ctrl-C stops them all.
     """
+    vram_plan.check_fits(settings)
     ready(settings)
     foreground.run_studio(settings, concurrency=concurrency, loglevel=loglevel, grace_s=grace, ready_message=READY_HINT)
     if settings.embedded_database or settings.embedded_broker:
@@ -116,6 +118,8 @@ def worker(
         raise click.UsageError("--device and --comfyui-url are for a gpu worker (--queue gpu)")
     os.environ.update({key: value for key, value in overrides.items() if value is not None})
     settings = load_settings()  # checked as the worker will read them
+    if queue == "gpu":
+        vram_plan.check_fits(settings)  # an in-process recipe that cannot fit its budget: one line, now
     ready(settings)
     _exec(processes.worker_argv(settings, queue, concurrency=concurrency, loglevel=loglevel, name=name))
 
