@@ -64,6 +64,7 @@ def test_the_feedback_keeps_its_colours_mood_and_dislikes_whatever_the_model_ans
          "disliked": ["the opposite aesthetics the feedback rules out"]},
         {"themes": ""},  # nothing at all
         {"colors": "purple and blue", "moods": "dark moody", "themes": "", "pacing": ");\n", "disliked": [""]},
+        {"themes": "I prefer dark moody aesthetics with purple"},  # the feedback handed back as a theme
     ]
     for answer in answers:
         blocks.update(clean, "user_style", lambda v: {**v, "COLOR_PREFERENCES": "", "MOOD_PREFERENCES": "",
@@ -75,7 +76,7 @@ def test_the_feedback_keeps_its_colours_mood_and_dislikes_whatever_the_model_ans
         assert {"bright aesthetics", "cheerful aesthetics", "warm orange and yellow tones"} <= set(
             stored["DISLIKED_ELEMENTS"]), stored
         said = json.dumps(stored)
-        assert "opposite aesthetics" not in said and ");" not in said and "purple" not in stored["THEME_PREFERENCES"]
+        assert "opposite aesthetics" not in said and ");" not in said and stored["THEME_PREFERENCES"] == ""
 
 
 def test_feedback_the_model_cannot_read_is_still_learned_and_what_it_adds_from_the_feedback_is_kept(clean):
@@ -119,6 +120,12 @@ def test_a_disliked_element_is_removed_and_a_model_that_fixes_its_draft_keeps_it
         corrected = llm_agents(_settings(clean, llm.url)).writer.write(_brief())
     assert "bright, cheerful, orange, warm" in _asked(llm, 1)
     assert corrected.source == "model" and corrected.prompt == fixed
+
+
+def test_a_prompt_that_asks_for_a_video_instead_of_describing_one_is_not_a_prompt(clean):
+    with FaultyLLM([_draft("Create a new video of a phoenix")]) as llm:
+        draft = llm_agents(_settings(clean, llm.url)).writer.write(_brief())
+    assert "repeats the task's instructions" in _asked(llm, 1) and draft.source == "studio"
 
 
 def test_a_draft_that_echoes_the_task_is_asked_again_then_the_studio_writes_its_own(clean):

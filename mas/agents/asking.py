@@ -153,6 +153,13 @@ class AskingDirector:
         return merged_style(own, reply, feedback=feedback, task_words=checks.vocabulary(STYLE_RULES, STYLE_SHAPE))
 
 
+PREFERENCE_MAX_WORDS = 3
+"""A preference is a few words ("ocean depths"); a longer one is the feedback handed back."""
+
+FEEDBACK_WORDS = frozenset("prefer like love want enjoy dislike hate favourite favorite".split())
+"""How feedback speaks, never what it prefers."""
+
+
 def merged_style(
     own: StylePreferences, model: StyleReply, *, feedback: str, task_words: frozenset[str]
 ) -> StylePreferences:
@@ -168,12 +175,17 @@ def merged_style(
 
     def joined(mine: str, theirs: str, *, exclude: frozenset[str] | set[str] = frozenset()) -> str:
         kept = items(mine)
-        known = {w for i in kept for w in style.content_words(i)} | exclude
+        known = {w for i in kept for w in style.content_words(i)}
         for item in checks.sensible(items(theirs), task_words):
-            new = set(style.content_words(item)) - known
-            if new and in_feedback(item):
+            said_there = set(style.content_words(item))
+            if (
+                len(said_there) <= PREFERENCE_MAX_WORDS
+                and not said_there & (exclude | FEEDBACK_WORDS)
+                and said_there - known
+                and in_feedback(item)
+            ):
                 kept.append(item)
-                known |= new
+                known |= said_there
         return ", ".join(kept)
 
     colors, moods, pacing = (

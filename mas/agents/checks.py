@@ -30,7 +30,14 @@ def vocabulary(*texts: str) -> frozenset[str]:
     """The content words of the protocol and of `texts` (a task's rules, its reply shape): what an echo
     of the task is made of. Snake_case names count word by word (failure_reasons: failure, reasons)."""
     found = {w for t in (PROTOCOL, *texts) for w in style.content_words(t.replace("_", " "))}
-    return frozenset(found | {"task", "prompt", "reply", "json", "str", "write", "model", "video", "one"})
+    return frozenset(found | REQUEST_WORDS)
+
+
+REQUEST_WORDS = frozenset(
+    "task prompt reply json str write model video videos one create generate make new please".split()
+)
+"""Words of a request rather than of a scene: "Create a new video of dragons" asks for a video, it does not
+describe one."""
 
 
 def is_echo(text: str, task_words: frozenset[str]) -> bool:
