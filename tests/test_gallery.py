@@ -153,6 +153,13 @@ def test_progress_endpoint_reports_a_finished_batch(client, settings, studio):
     assert progress["status"] == "done" and progress["done"] == progress["total"] == 2
     assert [v["id"] for v in progress["videos"]] == [v.id for v in videos_of(settings, studio.batch)]
     assert all(v["state"] in ("accepted", "failed") and v["attempts"] >= 1 for v in progress["videos"])
+    states = [v["state"] for v in progress["videos"]]
+    assert (progress["accepted"], progress["failed"]) == (states.count("accepted"), states.count("failed"))
+    listed = client.get("/api/v1/batches").json()  # the list counts the same, in one query
+    assert [(b["accepted"], b["failed"]) for b in listed if b["id"] == studio.batch] == [
+        (progress["accepted"], progress["failed"])]
+    page = client.get(f"/batches/{studio.batch}")
+    assert f'({progress["accepted"]} accepted, {progress["failed"]} failed)' in page.text
 
 
 def test_video_file_is_served_whole_and_by_range(client, settings, studio):
