@@ -363,10 +363,13 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, gpu: st
             for p in phases
         ]
         cap = CONFIGS[name]["cap"]
-        overall = r.get("overall_peak", 0) / GIB
-        measured = cap and r["result"] == "ok" and r.get("overall_peak")
+        # the meter resets the peak at each phase: the run's is the largest of the phases' and the last's
+        figures = [*peaks.values(), *([r["overall_peak"]] if r.get("overall_peak") else [])]
+        overall = max(figures, default=0) / GIB
+        measured = cap and r["result"] == "ok" and figures
         held = "" if not measured else (" (cap held)" if overall <= cap else " (over the cap!)")
-        lines.append(f"| {name} | {cap or 'none'} | " + " | ".join(cells) + f" | {overall:.1f}{held} |")
+        shown = f"{overall:.1f}" if figures else "-"
+        lines.append(f"| {name} | {cap or 'none'} | " + " | ".join(cells) + f" | {shown}{held} |")
     return "\n".join(lines) + "\n"
 
 
@@ -432,7 +435,7 @@ def main() -> None:
                 results[name] = {**(json.loads(text) if text else {}), "result": f"timed out after {left:.0f} s"}
         r = results[name]
         print(
-            f"        {r['result']} peak {r.get('overall_peak', 0) / GIB:.1f} GiB "
+            f"        {r['result']} peak {max([r.get('overall_peak', 0), *r.get('peaks', {}).values()]) / GIB:.1f} GiB "
             f"s/step {r.get('stage1_seconds_per_step')} / {r.get('stage2_seconds_per_step')}",
             flush=True,
         )

@@ -4,7 +4,9 @@ LTX-2 does not fit a 24 GB card at bf16 in any one piece (its transformer alone 
 chooses, by settings, what stays on the device (`mas.vram_plan` says which choices fit a card):
 
 - fp8 storage (MAS_DIFFUSERS_FP8): diffusers' layerwise casting keeps the transformer's and text encoder's
-  Linear, Conv and Embedding weights in float8_e4m3fn and upcasts each layer as it runs; norms stay as they are.
+  Linear, Conv and Embedding weights in float8_e4m3fn and upcasts each layer as it runs; norms stay as they are,
+  and so does any layer that holds a buffer (Gemma's token embedding and the output head that shares its
+  weight), see `fp8_skips`.
 - offload (MAS_DIFFUSERS_OFFLOAD): `model` is diffusers' model CPU offload (one whole model on the device at a
   time); `group` and `sequential` are diffusers' group offloading at leaf level (each module brought on as it
   runs), `group` with the next module prefetched on a CUDA stream, `sequential` without. Both run on any
@@ -19,6 +21,7 @@ What a loaded pipeline keeps on the device under each mode is `gpu.sizes.device_
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,13 +34,36 @@ REFINE_ADAPTER = "refine"
 FP8 = torch.float8_e4m3fn
 
 
+CAST_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+CAST_LAYERS += (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+"""The layers diffusers' layerwise casting stores in fp8 (those its hook is applied to)."""
+
+
+def fp8_skips(module: nn.Module) -> tuple[str, ...]:
+    """diffusers' default skip patterns (norms, positional embeddings, patchify projections), and the layers that
+    hold a buffer of their own or share a weight with one. The casting hook casts a whole layer, buffers
+    included, to fp8 and back around each call with `Module.to`, which replaces each buffer by a new tensor:
+    streamed group offloading keys its host copies by tensor, so the next onload fails (KeyError), and the
+    buffer is rounded to fp8 (Gemma 3's embedding scale, the square root of its width: 61.97 stored as 64). In
+    LTX-2 that is Gemma's token embedding and its tied output head; the transformer has none."""
+    from diffusers.hooks.layerwise_casting import DEFAULT_SKIP_MODULES_PATTERN
+
+    layers = {name: m for name, m in module.named_modules() if isinstance(m, CAST_LAYERS)}
+    owners = [m for m in layers.values() if next(m.buffers(recurse=False), None) is not None]
+    held = {id(p) for m in owners for p in m.parameters()}
+    kept = [name for name, m in layers.items() if m in owners or any(id(p) in held for p in m.parameters())]
+    return tuple(DEFAULT_SKIP_MODULES_PATTERN) + tuple(f"^{re.escape(name)}$" for name in kept)
+
+
 def store_fp8(modules: list[nn.Module], compute: torch.dtype) -> None:
-    """fp8 weight storage, upcast to `compute` layer by layer (diffusers' layerwise casting, its default skip
-    patterns: norms and positional embeddings keep their dtype)."""
+    """fp8 weight storage, upcast to `compute` layer by layer (diffusers' layerwise casting, but for the layers
+    `fp8_skips` names, which keep their dtype)."""
     from diffusers.hooks import apply_layerwise_casting
 
     for module in modules:
-        apply_layerwise_casting(module, storage_dtype=FP8, compute_dtype=compute)
+        apply_layerwise_casting(
+            module, storage_dtype=FP8, compute_dtype=compute, skip_modules_pattern=fp8_skips(module)
+        )
 
 
 def offload(modules: list[nn.Module], mode: str, device: torch.device) -> None:

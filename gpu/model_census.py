@@ -2,10 +2,11 @@
 
 Each model is built from its real architecture config (`gpu/configs/*.json`, each naming its source) on
 torch's meta device, so a 19B transformer costs no memory and a second of CPU. It is then measured at each
-storage dtype: bfloat16 (or float16: the same bytes), float32, and fp8 storage as diffusers' layerwise casting
-leaves it (Linear, Conv and Embedding weights in float8_e4m3fn, modules matching its default skip patterns,
-norms among them, in the compute dtype). `python -m gpu.model_census` writes the table `mas.vram_plan` reads
-(`mas/vram_models.json`): the plan is arithmetic over it, so the CLI needs neither torch nor these models.
+storage dtype: bfloat16 (or float16: the same bytes), float32, and fp8 storage as the backend's layerwise
+casting leaves it (Linear, Conv and Embedding weights in float8_e4m3fn; norms, the other modules matching
+diffusers' default skip patterns and the layers that hold buffers in the compute dtype: `gpu.ltx2_recipe`).
+`python -m gpu.model_census` writes the table `mas.vram_plan` reads (`mas/vram_models.json`): the plan is
+arithmetic over it, so the CLI needs neither torch nor these models.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gpu.ltx2_recipe import store_fp8
 from gpu.sizes import module_bytes, own_bytes
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -99,12 +101,10 @@ def build_meta(name: str) -> nn.Module:
 
 
 def cast_fp8(module: nn.Module, compute: torch.dtype = torch.bfloat16) -> nn.Module:
-    """fp8 storage as diffusers applies it (its default skip patterns: norms, embeddings of positions, the
-    patchify projections), for diffusers and transformers models alike."""
-    from diffusers.hooks import apply_layerwise_casting
-
+    """fp8 storage as the backend applies it (`gpu.ltx2_recipe.store_fp8`), for diffusers and transformers
+    models alike."""
     module.to(compute)
-    apply_layerwise_casting(module, storage_dtype=torch.float8_e4m3fn, compute_dtype=compute)
+    store_fp8([module], compute)
     return module
 
 

@@ -3,10 +3,12 @@
 Weights are measured, not guessed: `vram_models.json` holds the bytes of every in-process model at its real
 size (LTX-2's transformer, Gemma 3 12B text encoder, connectors, VAEs, vocoder and latent upsampler; the DQA
 CLIP verifier and the preference model's base), written by `python -m gpu.model_census` from real-size models
-built on the meta device from their published configs (each row names its source). Activations are
-estimated: each phase's largest live tensors counted from its shapes (tokens x width x a small multiple, the
-multiples written below), to be checked against a GPU (`bench/ltx2_memory_bench.py`). A phase's peak is the
-weights on the device while it runs (under the offload mode) + its activations + a fixed runtime reserve.
+built on the meta device from their published configs (each row names its source). Activations are counted
+from each phase's shapes (tokens x width, channels x frames x pixels); a render phase's count is scaled by a
+multiple, and leaf-level offloading adds a fixed extra, both fitted to the H200 run recorded in
+bench/RESULTS-ltx2-memory.md so that weights + activations are at or above each measured peak, by at most
+3.1 GiB. A phase's peak is the weights on the device while it runs (under the offload mode) + its activations
++ a fixed runtime reserve. The DQA phases are shape counts alone.
 
 Pure arithmetic, no torch: `mas gpu plan` and the gpu worker's start-up check both read it.
 """
@@ -36,9 +38,15 @@ ELEMENT = {"bfloat16": 2, "float16": 2, "float32": 4}
 RENDER = ("text_encoder", "connectors", "transformer", "latent_upsampler", "vae", "audio_vae", "vocoder")
 FP8 = ("transformer", "text_encoder")  # what MAS_DIFFUSERS_FP8 stores in fp8 (as gpu.model_census measures)
 
-# activation multiples: live tensors of a phase, in units of its widest tensor (estimates; the bench checks)
+# live tensors of a phase, in units of its widest tensor (the shape counts the multiples below scale)
 TRANSFORMER_LIVE = 12  # hidden, norm, q, k, v, attention out, residual, FFN in (x4 counted below) ...
 VAE_LIVE = 4  # input, output and the norm / activation temporaries of one conv block at full resolution
+ACTIVATION_MULTIPLE = {"encode prompt": 8.0, "denoise": 3.1, "upsample latents": 1.6, "refine": 2.6, "decode": 1.6}
+"""A render phase's activations over its shape count, rounded up: measured with whole models on the card at
+bf16, where the weights on the device are known exactly and the rest of the peak is activations."""
+LEAF_OFFLOAD_EXTRA = GIB // 2
+"""What leaf-level offloading (group, sequential) holds beyond the leaves `on_device` counts: the parameters
+and buffers above the leaves, brought on with them, and copies in flight."""
 CLIP_BATCH, CLIP_TOKENS, CLIP_LIVE = 64, 257, 12
 PREFERENCE_BATCH, PREFERENCE_TOKENS = 16, 256  # gpu.preference_model: 16 items of at most 256 tokens
 TUNER_SEQUENCES, TUNER_TOKENS = 16, 256  # gpu.tuner: 8 pairs (chosen + rejected) of at most 256 tokens
@@ -138,12 +146,10 @@ def _denoise_activations(recipe: Recipe, *, scale: int, batch: int) -> int:
     e = ELEMENT[recipe.dtype]
     f, h, w = _latent(recipe, scale)
     video, audio = f * h * w, round(recipe.frames / recipe.fps * 25)  # audio latents: 16 kHz / 160 / 4
-    cfg = models()["transformer"]
     width_v, width_a = 4096, 2048  # 32 heads x 128, 32 heads x 64 (ltx2_transformer.json)
     live = batch * (video * width_v + audio * width_a) * TRANSFORMER_LIVE * e
     rope = batch * video * width_v * 2 * 4  # cos and sin tables in float32
-    upcast = cfg["bfloat16"]["largest_leaf_bytes"] if recipe.fp8 else 0  # one layer's weight upcast from fp8
-    return live + rope + upcast
+    return live + rope
 
 
 def _decode_activations(recipe: Recipe) -> int:
@@ -178,15 +184,19 @@ def render_phases(recipe: Recipe) -> list[Phase]:
     decode = kept + _decode_activations(recipe)
     phases.append(("decode", ("vae", "audio_vae", "vocoder"), decode, "video and sound"))
     everything = sum(on_device(m, recipe) for m in RENDER if recipe.two_stage or m != "latent_upsampler")
+    upcast = models()["transformer"]["bfloat16"]["largest_leaf_bytes"] if recipe.fp8 else 0  # a layer out of fp8
+    extra = LEAF_OFFLOAD_EXTRA if recipe.offload in ("group", "sequential") else 0
     return [
         Phase(
             name=name,
             models=names,
             weights_bytes=everything if recipe.offload == "none" else max(on_device(m, recipe) for m in names),
-            activation_bytes=activations,
+            activation_bytes=round(ACTIVATION_MULTIPLE[name] * counted)
+            + extra
+            + (upcast if "transformer" in names else 0),
             note=note,
         )
-        for name, names, activations, note in phases
+        for name, names, counted, note in phases
     ]
 
 
@@ -249,6 +259,28 @@ def variants(base: Recipe) -> Iterator[Recipe]:
         for offload in OFFLOAD_MODES:
             for tiling in (False, True):
                 yield replace(base, fp8=fp8, offload=offload, vae_tiling=tiling)
+
+
+def rank(recipe: Recipe) -> tuple[int, bool, bool]:
+    """The order `recommend` prefers: the fewest weights moved per step first (none, whole models, leaves with
+    the next prefetched, one leaf at a time), then bf16 before fp8 (fp8 rounds the weights and upcasts each
+    layer as it runs), then whole decodes before tiled ones."""
+    return OFFLOAD_MODES.index(recipe.offload), recipe.fp8, recipe.vae_tiling
+
+
+def recommend(base: Recipe, budget_gb: float) -> Recipe | None:
+    """The first variant of `base` by `rank` that fits `budget_gb`; None when none does."""
+    fitting = [r for r in variants(base) if peak(r).peak_bytes <= budget_gb * GIB]
+    return min(fitting, key=rank, default=None)
+
+
+def settings_of(recipe: Recipe) -> str:
+    """The settings that choose `recipe`'s storage, offload and tiling."""
+    flag = {True: "true", False: "false"}
+    return (
+        f"MAS_DIFFUSERS_FP8={flag[recipe.fp8]} MAS_DIFFUSERS_OFFLOAD={recipe.offload} "
+        f"MAS_VAE_TILING={flag[recipe.vae_tiling]}"
+    )
 
 
 class DoesNotFit(InvalidSettings):

@@ -7,6 +7,7 @@ loads a folder exactly as it loads a real model on a GPU host.
 
 from __future__ import annotations
 
+import contextlib
 import string
 from pathlib import Path
 
@@ -308,3 +309,83 @@ def test_the_two_stage_recipe_under_each_offload_mode_in_fp8_with_tiling(two_sta
     assert frames.shape == (FRAMES, 2 * SIZE, 2 * SIZE, 3) and meta["audio_codec"] == "aac"
     stages = manager.get(DiffusersBackend(settings=settings, residency=manager).key, loader=lambda: pytest.fail("x"))
     assert manager.stats().resident_bytes == expected_device_bytes(stages.modules, offload)
+
+
+@pytest.fixture
+def streamed_on_cpu(monkeypatch):
+    """diffusers' group offloading as `group` runs it on a GPU (host copies of each leaf's tensors, brought on
+    through a stream), with the CPU standing in for the device and a do-nothing stream: `offload(modules)`."""
+    from diffusers.hooks import group_offloading
+
+    class Stream:
+        def synchronize(self) -> None:
+            pass
+
+    monkeypatch.setattr(torch.cpu, "current_stream", lambda *_: Stream())
+    monkeypatch.setattr(torch.cpu, "stream", lambda _: contextlib.nullcontext())
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *_, **__: self)
+    cpu = torch.device("cpu")
+    config = group_offloading.GroupOffloadingConfig(
+        onload_device=cpu,
+        offload_device=cpu,
+        offload_type=group_offloading.GroupOffloadingType.LEAF_LEVEL,
+        non_blocking=False,
+        record_stream=False,
+        low_cpu_mem_usage=True,
+        stream=Stream(),
+    )
+
+    def offload(modules: list[torch.nn.Module], *_) -> None:
+        for module in modules:
+            group_offloading._apply_group_offloading(module, config)
+
+    return offload
+
+
+@pytest.mark.parametrize("skips", ["diffusers' defaults", "the backend's"])
+def test_fp8_storage_under_streamed_group_offloading(ltx2_settings, streamed_on_cpu, skips):
+    """diffusers' layerwise casting casts a whole layer, buffers included, with `Module.to`, which replaces each
+    buffer by a new tensor: Gemma's embedding scale is then rounded to fp8 and, on the next onload, missing from
+    the host copies the streamed offloading keys by tensor (the KeyError a GPU showed). The backend keeps the
+    layers that hold buffers out of fp8."""
+    from diffusers.hooks import apply_layerwise_casting
+
+    from gpu.ltx2_recipe import store_fp8
+
+    encoder = transformers.Gemma3ForConditionalGeneration.from_pretrained(
+        ltx2_settings.diffusers_model_path / "text_encoder"
+    )
+    embedding = encoder.get_input_embeddings()
+    scale = float(embedding.embed_scale)
+    if skips == "the backend's":
+        store_fp8([encoder], torch.float32)
+    else:
+        apply_layerwise_casting(encoder, storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.float32)
+    streamed_on_cpu([encoder])
+    tokens = torch.tensor([[1, 2, 3]])
+    if skips == "diffusers' defaults":
+        assert float(embedding.embed_scale) != scale  # rounded to fp8
+        with pytest.raises(KeyError):
+            for _ in range(3):
+                encoder(input_ids=tokens)
+        return
+    for _ in range(3):
+        encoder(input_ids=tokens)
+    assert float(embedding.embed_scale) == scale and embedding.weight.dtype == torch.float32
+    assert encoder.model.language_model.layers[0].mlp.up_proj.weight.dtype == torch.float8_e4m3fn
+
+
+def test_the_two_stage_recipe_in_fp8_under_streamed_group_offloading(
+    two_stage_settings, streamed_on_cpu, tmp_path, monkeypatch
+):
+    from gpu import ltx2_recipe
+
+    monkeypatch.setattr(ltx2_recipe, "offload", streamed_on_cpu)
+    settings = two_stage_settings.model_copy(
+        update={"diffusers_offload": "group", "diffusers_fp8": True, "vae_tiling": True}
+    )
+    backend = DiffusersBackend(settings=settings, residency=Residency(budget_bytes=None, device="cpu"))
+    for seed in (1, 2):  # the second render onloads every leaf again
+        output = tmp_path / f"{seed}.mp4"
+        backend(prompt="a red fox", negative_prompt="", seed=seed, output=output, render_id="r")
+        assert decoded(output)[0].shape == (FRAMES, 2 * SIZE, 2 * SIZE, 3)

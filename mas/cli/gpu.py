@@ -57,6 +57,19 @@ def plan(settings: Settings, vram_gb: float | None, stages: str | None) -> None:
             "yes" if fits else "no",
         )
     console.print(table)
+    best = vram_plan.recommend(recipe, budget)
+    if best is None:
+        console.print(
+            f"nothing fits {budget:g} GiB: a smaller render (MAS_VIDEO_WIDTH, MAS_VIDEO_HEIGHT, MAS_VIDEO_FRAMES) "
+            "or one stage"
+        )
+    else:
+        weights = "fp8" if best.fp8 else best.dtype
+        tiling = ", vae tiling" if best.vae_tiling else ""
+        console.print(
+            f"recommended: {weights}, offload {best.offload}{tiling} ({vram_plan.settings_of(best)}), the least "
+            "offloading that fits, bf16 before fp8, untiled before tiled"
+        )
     detail = Table("phase", "models", "weights GiB", "activations GiB", "peak GiB", "estimate", title=recipe.describe())
     for phase in vram_plan.phases(recipe):
         detail.add_row(
@@ -68,7 +81,10 @@ def plan(settings: Settings, vram_gb: float | None, stages: str | None) -> None:
             phase.note,
         )
     console.print(detail)
-    console.print("weights: real-size models on the meta device (mas/vram_models.json, sources in gpu/configs/)")
+    console.print(
+        "weights: real-size models on the meta device (mas/vram_models.json, sources in gpu/configs/); render "
+        "activations: shape counts fitted to a GPU run (bench/RESULTS-ltx2-memory.md)"
+    )
 
 
 COMMANDS = [gpu]
