@@ -30,7 +30,7 @@ TABLE = Path(__file__).with_name("vram_models.json")
 OFFLOAD_MODES = ("none", "model", "group", "sequential")
 """none: every model stays on the device; model: one whole model at a time (diffusers' model CPU offload);
 group: leaf modules brought on as they run, the next one prefetched (diffusers' group offloading); sequential:
-one leaf module at a time, no prefetch (accelerate's sequential CPU offload)."""
+one leaf module at a time, no prefetch (the same leaf-level group offloading without a stream)."""
 
 RESERVE_BYTES = GIB
 """CUDA context, cuBLAS workspaces and allocator fragmentation: memory the card loses that no tensor counts."""
