@@ -109,6 +109,14 @@ def test_a_draft_missing_the_users_palette_is_asked_again_then_repaired_by_the_s
     assert "purple, blue" in draft.note and "bright aesthetics" in draft.negative_prompt
 
 
+def test_a_correction_that_never_validates_leaves_the_draft_in_hand_to_be_repaired(clean):
+    plain = "a phoenix rising from glowing ashes under moonlight, wings spread, slow motion"
+    with FaultyLLM([_draft(plain), "not json"]) as llm:
+        draft = llm_agents(_settings(clean, llm.url)).writer.write(_brief())
+    assert len(llm.requests) == 3  # the draft, then a correction asked twice (MAS_LLM_REPLY_RETRIES=1)
+    assert draft.source == "repaired" and draft.prompt.startswith(plain) and style.check(draft.prompt, STYLE).applied
+
+
 def test_a_disliked_element_is_removed_and_a_model_that_fixes_its_draft_keeps_it(clean):
     bright = "a bright cheerful phoenix in warm orange light, purple and blue sky, dark moody clouds, slow reveal"
     fixed = "a phoenix of purple and blue fire rising from ashes, dark moody night, slow reveal"

@@ -252,7 +252,13 @@ class AskingWriter:
                 return replace(offline.studio_prompt(brief), note=note)
         missing = self._missing(draft, brief)
         if missing:
-            again = self._ask(brief, last=draft, problems=missing)
+            try:
+                again = self._ask(brief, last=draft, problems=missing)
+            except NoValidReply as error:  # the draft in hand is a prompt: repair it rather than drop it
+                log.info(
+                    "writer: video %s: no valid correction (%s); the studio repairs the draft", brief.video_id, error
+                )
+                again = draft
             if not self._problems(again, brief):
                 draft = again
             still = self._missing(draft, brief)
