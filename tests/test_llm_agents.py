@@ -110,7 +110,10 @@ def test_every_role_answers_a_real_model_with_a_validated_reply(clean, real_llm)
     assert summary.summary.strip()
     # the exchanges are the agents' recall: each call's question and validated reply, in order
     writer = recall.context(settings, "writer").messages
-    assert [m.role for m in writer] == ["user", "assistant"] * 2 and writer[0].content.startswith("TASK write")
+    # two writes, each one exchange or more (a draft the studio refuses or finds short of the style is asked again)
+    roles = [m.role for m in writer]
+    assert roles == ["user", "assistant"] * (len(roles) // 2) and len(roles) >= 4, roles
+    assert writer[0].content.startswith("TASK write")
     assert DraftReply.model_validate_json(writer[1].content).prompt
     _record_exchanges(settings, "every role on the real model")
 
