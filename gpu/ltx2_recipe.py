@@ -152,9 +152,12 @@ def two_stage(
 ) -> Any:
     """Stage 1 to latents, x2 latent upsample, stage 2 to frames and sound. `on_step(done, total)` after each
     denoising step of either stage."""
+    from diffusers.pipelines.ltx2.utils import STAGE_2_DISTILLED_SIGMA_VALUES
+
+    common = dict(common)  # the caller's arguments stay as they were
     width, height = common.pop("width"), common.pop("height")
     first_steps = first["num_inference_steps"]
-    total = first_steps + 3
+    total = first_steps + len(STAGE_2_DISTILLED_SIGMA_VALUES)
 
     def step_callback(offset: int) -> Callable[..., dict]:
         def callback(pipe: Any, step: int, timestep: Any, kwargs: dict) -> dict:

@@ -160,7 +160,7 @@ class S3Storage:
             self.client.download_file(self.bucket, self._object(key), partial)
             os.replace(partial, cached)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if _not_found(exc):
                 return None
             raise _failed(f"read {key} from s3://{self.bucket}", exc) from exc
         except BotoCoreError as exc:
@@ -179,7 +179,7 @@ class S3Storage:
         try:
             self.client.head_object(Bucket=self.bucket, Key=self._object(key))
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if _not_found(exc):
                 return False
             raise _failed(f"look for {key} in s3://{self.bucket}", exc) from exc
         except BotoCoreError as exc:
@@ -244,3 +244,9 @@ def local_copy(settings: Settings, location: str | None) -> Path | None:
     store = storage(settings)
     key = store.key_of(location)
     return None if key is None else store.local_file(key)
+
+
+def _not_found(exc: Exception) -> bool:
+    """An S3 error that says the object is not there (which is an answer, not a failure)."""
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+    return code in ("404", "NoSuchKey", "NotFound")

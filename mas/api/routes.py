@@ -108,7 +108,7 @@ def list_batches(
             stmt = stmt.where(Batch.status == BatchStatus(status))
         batches = session.scalars(stmt).all()
         counts = queries.outcomes(session, [b.id for b in batches])
-        return [BatchOut.of(b, counts.get(b.id, queries.Outcomes())) for b in batches]
+        return [BatchOut.of(b, counts=counts.get(b.id)) for b in batches]
 
 
 def _batch(settings: Settings, batch_id: int) -> BatchOut:
@@ -117,7 +117,7 @@ def _batch(settings: Settings, batch_id: int) -> BatchOut:
         if batch is None:
             raise NotFound(f"there is no batch {batch_id}")
         videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
-        return BatchOut.of(batch, queries.Outcomes(), videos)
+        return BatchOut.of(batch, videos)
 
 
 @router.get("/batches/{batch_id}", response_model=BatchOut, responses=ERRORS, tags=["batches"])

@@ -124,12 +124,9 @@ class BatchOut(BaseModel):
     videos: list[VideoOut] | None = Field(default=None, description="The batch's videos (one batch's page).")
 
     @classmethod
-    def of(cls, row: Batch, counts: Outcomes, videos: list[Video] | None = None) -> BatchOut:
-        if videos is not None:
-            ended = [v.state.value for v in videos]
-            counts = Outcomes(
-                accepted=ended.count("accepted"), failed=ended.count("failed"), cancelled=ended.count("cancelled")
-            )
+    def of(cls, row: Batch, videos: list[Video] | None = None, *, counts: Outcomes | None = None) -> BatchOut:
+        """The batch, with its videos (their counts from them) or with `counts` (a list's one query)."""
+        counts = Outcomes.of(videos) if videos is not None else counts or Outcomes()
         return cls(
             id=row.id,
             kind=row.kind,

@@ -15,8 +15,7 @@ from mas.cli.context import ID, LIMIT, console, ready
 from mas.cli.output import print_files, print_whole
 from mas.config import Settings
 from mas.errors import PermanentError
-from mas.models import BatchStatus, VideoState
-from mas.pipeline.states import TERMINAL
+from mas.models import BatchStatus
 from mas.storage import storage
 from mas.text import visible
 
@@ -82,21 +81,15 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
     if not console.is_terminal:  # Live ends its last line only on a terminal
         console.line()
     print_files(settings, batch.videos)
-    counts = outcome_counts(batch)
+    outcomes = queries.Outcomes.of(batch.videos)
+    counts = outcomes.text(batch.total)
     if batch.status == BatchStatus.failed:
         raise BatchEnded(f"batch {batch.id} failed: {batch.failure_reason or 'no reason recorded'}; {counts}")
     if batch.status == BatchStatus.cancelled:
         raise BatchEnded(f"batch {batch.id} was cancelled; {counts}")
-    if any(v.state == VideoState.failed for v in batch.videos):
+    if outcomes.failed:
         raise BatchEnded(f"batch {batch.id} done: {counts}")
     console.print(f"batch {batch.id} done: {counts}", markup=False)
-
-
-def outcome_counts(batch) -> str:
-    """How a batch's videos ended, e.g. `2 accepted, 1 failed of 3 videos`."""
-    accepted = sum(v.state == VideoState.accepted for v in batch.videos)
-    failed = sum(v.state == VideoState.failed for v in batch.videos)
-    return f"{accepted} accepted, {failed} failed of {batch.total} videos"
 
 
 class BatchEnded(PermanentError):
@@ -118,17 +111,20 @@ def _batch(settings: Settings, batch_id: int | None):
 def _batch_view(batch, recovering: dict[int, str] | None = None) -> Group:
     """Header, progress bar and the videos (their files are printed whole after the table); a video whose
     step's worker stopped answering says so (`recovering`)."""
+    from mas.pipeline import queries
+
     recovering = recovering or {}
-    done = sum(v.state in TERMINAL for v in batch.videos)
+    outcomes = queries.Outcomes.of(batch.videos)
     header = Text(
         visible(
-            f"batch {batch.id} [{batch.status.value}] {done}/{batch.total} done ({outcome_counts(batch)}): {batch.request}"
+            f"batch {batch.id} [{batch.status.value}] {outcomes.done}/{batch.total} done "
+            f"({outcomes.text(batch.total)}): {batch.request}"
         )
     )
     if batch.failure_reason:
         header.append(visible(f"\nfailed: {batch.failure_reason}"))
     bar = Table.grid()  # a grid ends its line: a bare progress bar would run on into the table below
-    bar.add_row(ProgressBar(total=max(batch.total, 1), completed=done, width=60))
+    bar.add_row(ProgressBar(total=max(batch.total, 1), completed=outcomes.done, width=60))
     table = Table("video", "state", "attempts", "grade", "concept")
     for v in batch.videos:
         state = f"{v.state.value} ({recovering[v.id]})" if v.id in recovering else v.state.value

@@ -7,6 +7,7 @@ work and model residency from Redis. Nothing here writes.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,16 @@ class Outcomes:
     @property
     def done(self) -> int:
         return self.accepted + self.failed + self.cancelled
+
+    @classmethod
+    def of(cls, videos: Iterable[Video]) -> Outcomes:
+        """The counts of videos already loaded (a batch's page)."""
+        ended = Counter(v.state.value for v in videos)
+        return cls(accepted=ended["accepted"], failed=ended["failed"], cancelled=ended["cancelled"])
+
+    def text(self, total: int) -> str:
+        """How the videos ended, e.g. `2 accepted, 1 failed of 3 videos`."""
+        return f"{self.accepted} accepted, {self.failed} failed of {total} videos"
 
 
 def outcomes(session: Session, batch_ids: Iterable[int]) -> dict[int, Outcomes]:
