@@ -10,7 +10,7 @@ way a competent model would answer:
 - review: accept when the grade meets min_grade, else refine with a strategy while attempt < max_retries,
   else fail;
 - consolidate: a summary of the activity and one learning;
-- read_style: the feedback's own words, sorted into colours, moods, themes, pacing and dislikes;
+- read_style: the studio's own reading of the feedback (`mas.agents.style_reader`);
 - any other task: an object of its JSON schema's shape.
 
 Every response names its model `not-a-model-latency-standin`, so no recorded figure can be taken for a
@@ -46,6 +46,9 @@ import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any
+
+from mas.agents import style_reader
+from mas.agents.reading import as_reply
 
 MODEL = "not-a-model-latency-standin"
 CACHE_PROMPTS = 64
@@ -105,73 +108,6 @@ APPROACHES = [
     "macro detail with rack focus",
     "long lens compression",
 ]
-COLOURS = [
-    "red",
-    "orange",
-    "amber",
-    "gold",
-    "yellow",
-    "green",
-    "teal",
-    "cyan",
-    "blue",
-    "indigo",
-    "violet",
-    "purple",
-    "pink",
-    "magenta",
-    "white",
-    "black",
-    "grey",
-    "silver",
-    "brown",
-    "pastel",
-    "neon",
-    "warm",
-    "cool",
-    "muted",
-]
-MOODS = [
-    "calm",
-    "serene",
-    "dreamy",
-    "melancholic",
-    "energetic",
-    "tense",
-    "joyful",
-    "mysterious",
-    "dark",
-    "epic",
-    "playful",
-    "romantic",
-    "eerie",
-    "peaceful",
-    "dramatic",
-    "nostalgic",
-    "hopeful",
-    "moody",
-]
-PACING = ["slow", "fast", "steady", "lingering", "quick", "rapid", "gentle", "frenetic", "unhurried"]
-FILLER = {
-    "colours",
-    "colors",
-    "colour",
-    "color",
-    "moods",
-    "mood",
-    "pacing",
-    "really",
-    "please",
-    "lights",
-    "videos",
-    "prefer",
-    "something",
-    "things",
-    "little",
-    "rather",
-}
-DISLIKE = re.compile(r"\b(?:no|not|never|without|hate|dislike|avoid|don't like)\s+([\w -]+?)(?:[.,;!]|$)", re.I)
-
 
 # --- the answers ----------------------------------------------------------------------------------
 def _theme_subjects(theme: str) -> list[str]:
@@ -276,23 +212,8 @@ def consolidate(data: dict) -> dict:
 
 
 def read_style(data: dict) -> dict:
-    text = str(data.get("feedback") or "")
-    words = re.findall(r"[\w-]+", text.lower())
-    disliked = [m.strip() for m in DISLIKE.findall(text)]
-    banned = {w for d in disliked for w in d.lower().split()}
-    pick = lambda vocab: ", ".join(dict.fromkeys(w for w in words if w in vocab and w not in banned))  # noqa: E731
-    themes = ", ".join(
-        dict.fromkeys(
-            w for w in words if len(w) > 5 and w not in COLOURS + MOODS + PACING and w not in banned and w not in FILLER
-        )
-    )[:200]
-    return {
-        "colors": pick(COLOURS),
-        "moods": pick(MOODS),
-        "themes": themes,
-        "pacing": pick(PACING),
-        "disliked": disliked[:10],
-    }
+    """The studio's own reading of the feedback, in the reply's shape."""
+    return as_reply(style_reader.read(str(data.get("feedback") or "")))
 
 
 def from_schema(schema: dict, name: str = "value") -> Any:

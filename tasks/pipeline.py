@@ -16,8 +16,10 @@ from celery.exceptions import Ignore
 from sqlalchemy.orm import Session
 
 from mas import agents, names
-from mas.agents import style
+from mas.agents import style_check
+from mas.agents.meaning import StudioMeaning
 from mas.agents.roles import Draft, Plan, PlannedVideo, Verdict, WriterBrief
+from mas.agents.style import Style
 from mas.db import session_scope
 from mas.learning import ab_design
 from mas.memory import blocks, recall
@@ -211,7 +213,8 @@ class Write:
     def work(self, run: StepRun, facts: VideoFacts) -> Written:
         brief = _brief(run.settings, facts, run.attempt, run.video_id)
         draft = agents.backend(run.settings).writer.write(brief)
-        return Written(draft=draft, style_check=style.check(draft.prompt, brief.user_style).as_json())
+        checked = style_check.check(draft.prompt, Style.of(brief.user_style), StudioMeaning(run.settings))
+        return Written(draft=draft, style_check=checked.as_json())
 
     def record(self, run: StepRun, session: Session, video: Video, written: Written) -> Outcome:
         draft = written.draft
@@ -242,7 +245,7 @@ class Write:
 
 
 def _brief(settings, facts: VideoFacts, attempt: int, video_id: int) -> WriterBrief:
-    style = blocks.read(settings, "user_style")
+    user_style = blocks.read(settings, "user_style")
     quality = blocks.read(settings, "quality_standards")
     series = blocks.read(settings, "current_series") if facts.in_series else {}
     ab = blocks.read(settings, "ab_testing")
@@ -255,7 +258,7 @@ def _brief(settings, facts: VideoFacts, attempt: int, video_id: int) -> WriterBr
     return WriterBrief(
         concept=facts.concept,
         attempt=attempt,
-        user_style=style,
+        user_style=user_style,
         series=series,
         winning_patterns=list(ab["WINNING_PATTERNS"]),
         failure_patterns=list(quality["FAILURE_PATTERNS_TO_AVOID"]),

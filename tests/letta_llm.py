@@ -38,6 +38,7 @@ from mas.agents.offline import (
     OfflineDirector,
     OfflineWriter,
 )
+from mas.agents.reading import as_reply
 from mas.agents.roles import WriterBrief
 from mas.pipeline.requests import ProductionRequest
 
@@ -52,7 +53,7 @@ def answer_task(task: str, payload: dict[str, Any]) -> dict[str, Any]:
         plan = OfflineDirector().plan(ProductionRequest(**payload["request"]), episodes_done=payload.get("episodes_done", 0))
         return asdict(plan)
     if task == "read_style":
-        return asdict(OfflineDirector().read_style(payload["feedback"]))
+        return as_reply(OfflineDirector().read_style(payload["feedback"]).items)
     if task == "write":
         draft = OfflineWriter().write(WriterBrief(**payload["brief"]))
         return {"prompt": draft.prompt, "negative_prompt": draft.negative_prompt}

@@ -8,14 +8,13 @@ here once, so both backends behave the same way and are tested the same way.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from mas.agents import checks, offline, style
+from mas.agents import checks, offline, reading, style_check, style_reader
 from mas.agents.protocol import (
     CONSOLIDATE_TOKENS,
     PLAN_TOKENS,
@@ -39,12 +38,13 @@ from mas.agents.roles import (
     Draft,
     Plan,
     PlannedVideo,
-    StylePreferences,
+    Reading,
     Verdict,
     WriterBrief,
     draft_seed,
 )
-from mas.palette import COLORS
+from mas.agents.style import Style
+from mas.agents.style_check import Meaning
 from mas.pipeline.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
@@ -66,10 +66,14 @@ PLAN_SHAPE = (
     '{"videos": [{"concept": str, "approach": str}], "series_style": str, '
     '"consistency_rules": [str], "series_elements": [str]}'
 )
-STYLE_SHAPE = '{"colors": str, "moods": str, "themes": str, "pacing": str, "disliked": [str]}'
+STYLE_SHAPE = (
+    '{"liked": [{"aspect": "colour"|"mood"|"theme"|"pacing"|"other", "words": str}], '
+    '"ruled_out": [{"aspect": "colour"|"mood"|"theme"|"pacing"|"other", "words": str}]}'
+)
 STYLE_RULES = (
-    "comma-separated words for colors, moods, themes and pacing, empty when not mentioned; "
-    "disliked: the opposite aesthetics the feedback rules out."
+    "liked: what the feedback asks for; ruled_out: what it rejects (no, not, never, avoid, hate, too much); "
+    "each item one preference in a few English words, whatever the feedback's language; only what the "
+    "feedback says (no opposites it does not say); empty lists when it names no style."
 )
 
 
@@ -82,8 +86,8 @@ class AskingDirector:
     and adds only what the model read in the feedback itself.
     """
 
-    def __init__(self, asker: Asker) -> None:
-        self._asker = asker
+    def __init__(self, asker: Asker, *, meaning: Meaning | None = None) -> None:
+        self._asker, self._meaning = asker, meaning
 
     def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan:
         rules = f"exactly {request.count} videos, each a distinct concept on the theme. " + {
@@ -114,11 +118,17 @@ class AskingDirector:
         videos: list[PlannedVideo] = []
         for i, (model, own) in enumerate(zip(reply.videos, studio.videos, strict=True)):
             concept = model.concept if request.kind != "ab" else own.concept  # ab: one concept, the request's
-            key = " ".join(checks.style.content_words(concept))
-            if request.kind != "ab" and (checks.is_echo(concept, task_words) or key in seen):
-                log.info("director: concept %d %r is a repeat or the task's words; the studio's instead", i, concept)
+            key = " ".join(checks.content_words(concept))
+            if request.kind != "ab" and (
+                checks.is_echo(concept, task_words)
+                or key in seen
+                or not checks.about_request(concept, request.theme, task_text=rules + PLAN_SHAPE, meaning=self._meaning)
+            ):
+                log.info(
+                    "director: concept %d %r is a repeat or not about the request; the studio's instead", i, concept
+                )
                 concept = own.concept
-            seen.add(" ".join(checks.style.content_words(concept)))
+            seen.add(" ".join(checks.content_words(concept)))
             approach = model.approach if request.kind == "ab" else ""
             taken = [v.approach for v in videos]
             if request.kind == "ab" and (not approach or checks.is_echo(approach, task_words) or approach in taken):
@@ -133,8 +143,13 @@ class AskingDirector:
             series_elements=checks.sensible(reply.series_elements, task_words) or studio.series_elements,
         )
 
-    def read_style(self, feedback: str) -> StylePreferences:
-        own = style.read(feedback)
+    def read_style(self, feedback: str) -> Reading:
+        """The model's reading when it validates (`mas.agents.reading`), else the studio's own."""
+        task_words = checks.vocabulary(STYLE_RULES, STYLE_SHAPE)
+
+        def check(reply: StyleReply) -> list[str]:
+            return reading.problems(reply, feedback=feedback, task_words=task_words)
+
         try:
             reply = self._asker.ask(
                 Question(
@@ -143,68 +158,16 @@ class AskingDirector:
                     shape=STYLE_SHAPE,
                     reply=StyleReply,
                     rules=STYLE_RULES,
+                    context={"check": check},
                     max_tokens=STYLE_TOKENS,
                 )
             )
         except NoValidReply as error:
-            log.warning("director: the style reading never validated; the studio's own reading stands: %s", error)
-            return own
+            log.warning("director: the style reading never validated; the studio reads the feedback: %s", error)
+            note = f"the model's readings never validated: {error}"
+            return Reading(items=style_reader.read(feedback), source="studio", note=note)
         assert isinstance(reply, StyleReply)
-        return merged_style(own, reply, feedback=feedback, task_words=checks.vocabulary(STYLE_RULES, STYLE_SHAPE))
-
-
-PREFERENCE_MAX_WORDS = 3
-"""A preference is a few words ("ocean depths"); a longer one is the feedback handed back."""
-
-FEEDBACK_WORDS = frozenset("prefer like love want enjoy dislike hate favourite favorite".split())
-"""How feedback speaks, never what it prefers."""
-
-
-def merged_style(
-    own: StylePreferences, model: StyleReply, *, feedback: str, task_words: frozenset[str]
-) -> StylePreferences:
-    """The studio's reading, plus what the model read that the feedback itself says (never the task's
-    words, never a colour or mood filed as a theme, never a dislike of what the user likes)."""
-    said = set(style.words(feedback))
-
-    def in_feedback(item: str) -> bool:
-        return all(style.mentions(said, w) for w in style.content_words(item))
-
-    def items(text: str) -> list[str]:
-        return [i.strip() for i in re.split(r",|\band\b", text) if i.strip()]
-
-    def joined(mine: str, theirs: str, *, exclude: frozenset[str] | set[str] = frozenset()) -> str:
-        kept = items(mine)
-        known = {w for i in kept for w in style.content_words(i)}
-        for item in checks.sensible(items(theirs), task_words):
-            said_there = set(style.content_words(item))
-            if (
-                len(said_there) <= PREFERENCE_MAX_WORDS
-                and not said_there & (exclude | FEEDBACK_WORDS)
-                and said_there - known
-                and in_feedback(item)
-            ):
-                kept.append(item)
-                known |= said_there
-        return ", ".join(kept)
-
-    colors, moods, pacing = (
-        joined(own.colors, model.colors),
-        joined(own.moods, model.moods),
-        joined(own.pacing, model.pacing),
-    )
-    liked = {w for t in (colors, moods, pacing) for i in items(t) for w in style.content_words(i)}
-    disliked = list(own.disliked)
-    for item in checks.sensible(model.disliked, task_words):
-        if not set(style.content_words(item)) & liked and item not in disliked:
-            disliked.append(item)
-    return StylePreferences(
-        colors=colors,
-        moods=moods,
-        themes=joined(own.themes, model.themes, exclude=liked | set(style.MOODS) | set(COLORS)),
-        pacing=pacing,
-        disliked=disliked,
-    )
+        return Reading(items=reading.items_of(reply), source="model")
 
 
 WRITE_RULES = (
@@ -230,8 +193,10 @@ class AskingWriter:
     that never validates is the studio's own prompt. `Draft.source` says which happened.
     """
 
-    def __init__(self, asker: Asker, *, candidates: int = 1, rank: Ranker | None = None) -> None:
-        self._asker, self._candidates, self._rank = asker, candidates, rank
+    def __init__(
+        self, asker: Asker, *, candidates: int = 1, rank: Ranker | None = None, meaning: Meaning | None = None
+    ) -> None:
+        self._asker, self._candidates, self._rank, self._meaning = asker, candidates, rank, meaning
 
     def write(self, brief: WriterBrief) -> Draft:
         try:
@@ -263,7 +228,7 @@ class AskingWriter:
                 draft = again
             still = self._missing(draft, brief)
             if still:
-                prompt = style.apply(draft.prompt, brief.user_style)
+                prompt = style_check.repair(draft.prompt, Style.of(brief.user_style), self._meaning)
                 prompt = ", ".join([prompt, *checks.missing_fixes(prompt, offline.fixes_for(brief.previous_failures))])
                 log.info("writer: video %s: the studio repaired the prompt: %s", brief.video_id, "; ".join(still))
                 return replace(draft, prompt=prompt, source="repaired", note="; ".join(still))
@@ -277,13 +242,15 @@ class AskingWriter:
     def _missing(self, draft: Draft, brief: WriterBrief) -> list[str]:
         """What the draft misses of the user's style and of the fixes this refinement needs."""
         fixes = checks.missing_fixes(draft.prompt, offline.fixes_for(brief.previous_failures))
-        return style.check(draft.prompt, brief.user_style).problems() + (
+        return style_check.check(draft.prompt, Style.of(brief.user_style), self._meaning).problems() + (
             [f"the prompt must fix the last attempt's failures with: {'; '.join(fixes)}"] if fixes else []
         )
 
     def _ask(self, brief: WriterBrief, *, last: Draft | None = None, problems: Sequence[str] = ()) -> Draft:
         """The model's draft (its negative prompt completed by the studio's), first or corrected."""
-        payload: dict = {"brief": {k: v for k, v in asdict(brief).items() if k != "video_id"}}
+        shown = {k: v for k, v in asdict(brief).items() if k != "video_id"}
+        shown["user_style"] = {k: v for k, v in brief.user_style.items() if k not in ("ITEMS", "ITEM_HISTORY")}
+        payload: dict = {"brief": shown}
         rules = WRITE_RULES
         if last is not None:
             payload |= {"your_last_prompt": last.prompt, "problems": list(problems)}

@@ -13,17 +13,19 @@ from collections import Counter
 from collections.abc import Sequence
 
 from mas import grading
-from mas.agents import style
+from mas.agents import style_check, style_reader
+from mas.agents import vocabulary as V
 from mas.agents.roles import (
     Consolidation,
     Draft,
     Plan,
     PlannedVideo,
-    StylePreferences,
+    Reading,
     Verdict,
     WriterBrief,
     draft_seed,
 )
+from mas.agents.style import Style, words_of
 from mas.config import grade_at_least
 from mas.pipeline.requests import ProductionRequest
 
@@ -107,34 +109,51 @@ class OfflineDirector:
     def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan:
         return studio_plan(request, episodes_done=episodes_done)
 
-    def read_style(self, feedback: str) -> StylePreferences:
-        return style.read(feedback)
+    def read_style(self, feedback: str) -> Reading:
+        return Reading(items=style_reader.read(feedback), source="studio")
+
+
+CRAFT_PHRASES = 2
+"""Most phrases of how past successes were made that a prompt of the studio's takes."""
+
+
+def craft_of(prompts: Sequence[str]) -> list[str]:
+    """What made past successes work, never their subject: their phrases made only of camera, light and
+    pacing words ("slow dolly-in", "golden hour light"), the first phrase (the subject) left out."""
+    found = []
+    for prompt in prompts:
+        for phrase in [p.strip() for p in prompt.split(",")][1:]:
+            parts = [part for w in words_of(phrase) for part in w.split("-")]
+            if parts and all(p in V.CRAFT or p in V.STOP_WORDS or p == "in" for p in parts):
+                found.append(phrase)
+    return list(dict.fromkeys(found))[:CRAFT_PHRASES]
 
 
 def studio_prompt(brief: WriterBrief) -> Draft:
-    """The studio's own prompt: the concept, the user's style in the studio's words, the series' rules, the
-    winning patterns and the fixes of known and of this attempt's failures, with nothing the user dislikes."""
+    """The studio's own prompt: the concept, the user's liked style in their words, the series' rules, the
+    winning patterns, the fixes of known and of this attempt's failures and how past successes were made,
+    with nothing the user ruled out."""
     series = brief.series
+    style = Style.of(brief.user_style)
     parts = [brief.concept]
     if brief.approach:
         parts.append(brief.approach)
     if series.get("ACTIVE_SERIES"):
         parts.append(f"series style: {series['SERIES_STYLE']}")
         parts.extend(series.get("CONSISTENCY_RULES", [])[:2])
-    parts.extend(style.phrases(brief.user_style))
+    parts.extend(style.phrases())
     parts.extend(brief.winning_patterns[-2:])
     # Known failure patterns are prevented up front; this attempt's failures are fixed on retry.
     parts.extend(fixes_for(brief.failure_patterns + brief.previous_failures))
-    if brief.past_successes:
-        parts.append(f"in the manner of a past success: {brief.past_successes[0][:80]}")
-    prompt = style.remove_words(", ".join(p.strip() for p in parts if p.strip()), style.banned_words(brief.user_style))
+    parts.extend(craft_of(brief.past_successes))
+    prompt = style_check.repair(", ".join(dict.fromkeys(p.strip() for p in parts if p.strip())), style)
     return Draft(prompt=prompt, negative_prompt=studio_negative(brief), seed=draft_seed(brief), source="studio")
 
 
 def studio_negative(brief: WriterBrief) -> str:
     """What the video model is told to avoid: what the user dislikes and the known failure patterns."""
-    disliked = [str(d) for d in brief.user_style.get("DISLIKED_ELEMENTS", [])]
-    return ", ".join(dict.fromkeys(disliked + brief.failure_patterns))
+    ruled_out = [i.words for i in Style.of(brief.user_style).ruled_out]
+    return ", ".join(dict.fromkeys(ruled_out + brief.failure_patterns))
 
 
 def fixes_for(reasons: Sequence[str]) -> list[str]:

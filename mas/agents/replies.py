@@ -7,6 +7,7 @@ structured-output endpoint constrains decoding with.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from typing import Annotated, Any, Literal
@@ -20,6 +21,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from mas.errors import StudioError
@@ -37,13 +39,14 @@ _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
 def _as_text(value: Any) -> Any:
+    """Text as the model meant it: a list of words joined, HTML entities it wrote (&#34;) read back."""
     if value is None:
         return ""
     if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
         return ", ".join(str(v) for v in value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    return value.strip() if isinstance(value, str) else value
+    return html.unescape(value).strip() if isinstance(value, str) else value
 
 
 def _as_texts(value: Any) -> Any:
@@ -53,7 +56,7 @@ def _as_texts(value: Any) -> Any:
         return [value.strip()] if value.strip() else []
     if isinstance(value, list):
         return [
-            str(v).strip() if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            str(v).strip() if isinstance(v, (int, float)) and not isinstance(v, bool) else _as_text(v)
             for v in value
             if not (isinstance(v, str) and not v.strip())
         ]
@@ -119,14 +122,49 @@ class PlanReply(Reply):
     _count = field_validator("videos")(lambda items, info: _exactly(items, info, "videos"))
 
 
-class StyleReply(Reply):
-    """`read_style`: comma-separated words per aspect, and what the feedback rules out."""
+ASPECT_ALIASES = {"color": "colour", "colors": "colour", "colours": "colour", "moods": "mood", "themes": "theme"}
 
-    colors: Text = ""
-    moods: Text = ""
-    themes: Text = ""
-    pacing: Text = ""
-    disliked: Texts = []
+
+def _as_items(value: Any) -> Any:
+    """A list of items; a bare word is an item of unknown aspect, a dict of aspect -> words is unrolled."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, dict):
+        return [{"aspect": k, "words": w} for k, ws in value.items() for w in (ws if isinstance(ws, list) else [ws])]
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if isinstance(value, list):
+        return [{"aspect": "", "words": v} if isinstance(v, str) else v for v in value if v not in ("", None)]
+    return value
+
+
+class StyleItemReply(Reply):
+    """One preference a model read: its aspect and its words."""
+
+    aspect: Annotated[
+        str, BeforeValidator(lambda v: ASPECT_ALIASES.get(str(v).strip().lower(), str(v).strip().lower()))
+    ] = ""
+    words: RequiredText
+
+
+Items = Annotated[list[StyleItemReply], Field(max_length=LIST_MAX_ITEMS), BeforeValidator(_as_items)]
+
+
+class StyleReply(Reply):
+    """`read_style`: what the feedback likes and what it rules out, item by item. The studio's checks of
+    a reading (`mas.agents.reading`) run as validation, with the feedback in the context."""
+
+    liked: Items = []
+    ruled_out: Items = []
+
+    @model_validator(mode="after")
+    def _sensible(self, info: ValidationInfo) -> StyleReply:
+        check = (info.context or {}).get("check")
+        if check is not None:
+            problems = check(self)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return self
 
 
 class DraftReply(Reply):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mas.agents.style import StyleItem
 from mas.pipeline.requests import ProductionRequest
 
 
@@ -30,14 +31,13 @@ class Plan:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StylePreferences:
-    """What a user's feedback says about colour, mood, theme and pacing, and what it rules out."""
+class Reading:
+    """What a user's feedback says, item by item, and who read it: the model (its reading validated) or
+    the studio (its own reader, when the model's never did or there is no model)."""
 
-    colors: str = ""
-    moods: str = ""
-    themes: str = ""
-    pacing: str = ""
-    disliked: list[str] = field(default_factory=list)
+    items: list[StyleItem]
+    source: str = "studio"  # model | studio
+    note: str = ""  # why the studio read it, when it did
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +87,7 @@ class Consolidation:
 class Director(Protocol):
     def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan: ...
 
-    def read_style(self, feedback: str) -> StylePreferences: ...
+    def read_style(self, feedback: str) -> Reading: ...
 
 
 class Writer(Protocol):

@@ -1,173 +1,201 @@
-"""The user's style, as the studio itself reads, checks and applies it, whatever a model says.
+"""The user's style as items: what each is about, its words, liked or ruled out, and where it came from.
 
-The seed promises that every prompt carries the learned style (colour, mood, pacing) and none of the
-DISLIKED_ELEMENTS (whitepaper 3.2, 3.7: "style preference application 100 %"). A model may forget either,
-so the studio checks each prompt (`check`), and repairs one that still misses after the model was asked
-again (`apply`). Style feedback is read by keyword here too (`read`): what it plainly says is never lost
-to a model's extraction.
+`user_style` keeps the items (ITEMS) and the changes a later feedback made to earlier ones (ITEM_HISTORY);
+the seed's text fields (COLOR_PREFERENCES ... DISLIKED_ELEMENTS) are written from the items, so every agent
+reads the same style. Text an operator set in those fields directly counts as items too (`Style.of`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from mas.agents.roles import StylePreferences
-from mas.palette import COLORS, COOL, WARM
+from mas.agents import vocabulary as V
 
-MOODS = {
-    "dark": "bright",
-    "moody": "cheerful",
-    "bright": "dark",
-    "cheerful": "gloomy",
-    "serene": "chaotic",
-    "calm": "frantic",
-    "mysterious": "plain",
-    "epic": "mundane",
-    "dreamy": "harsh",
-    "gritty": "polished",
-    "whimsical": "grim",
-    "melancholic": "upbeat",
-    "energetic": "sluggish",
-    "gloomy": "cheerful",
+ITEMS_KEPT = 24
+"""Most items a style keeps (the oldest go first); with their history they fit a core block's cap."""
+
+HISTORY_KEPT = 12
+"""Most changes of earlier items kept in the block; every change is also in the block's history."""
+
+FEEDBACK_CHARS = 80
+"""How much of the feedback an item quotes."""
+
+FIELDS = {
+    "colour": "COLOR_PREFERENCES",
+    "mood": "MOOD_PREFERENCES",
+    "theme": "THEME_PREFERENCES",
+    "pacing": "PACING_PREFERENCES",
 }
-"""Moods the reader knows, each with its opposite (what a user who likes it dislikes)."""
-
-PACING = {"slow": "fast cuts", "fast": "slow lingering shots", "dynamic": "static shots", "lingering": "fast cuts"}
-"""Pacing words, each with its opposite."""
-
-THEMES = ["fantasy", "mythical", "sci-fi", "nature", "urban", "cosmic", "underwater", "gothic", "retro"]
-
-STOP_WORDS = frozenset(
-    "a an and or the of with in on at to for by from into as is are be its it this that these those "
-    "tones tone aesthetics aesthetic shots shot cuts lighting colors colours color colour style".split()
-)
-"""Words that say nothing on their own: never required of a prompt, never banned from one."""
-
-ASPECTS = (
-    ("COLOR_PREFERENCES", "colour palette of {}"),
-    ("MOOD_PREFERENCES", "{} atmosphere and lighting"),
-    ("PACING_PREFERENCES", "{} pacing"),
-)
-"""The preferences every prompt must carry, and how the studio words one that is missing."""
+"""The seed's text field of each aspect that has one ("other" items are kept in ITEMS only)."""
 
 
-def words(text: str) -> list[str]:
-    """Lower-case words of `text` (hyphenated words kept whole)."""
-    return re.findall(r"[a-z][a-z-]*", text.lower())
+def words_of(text: str) -> list[str]:
+    """Lower-case words of `text` (any script; hyphenated and apostrophe words kept whole)."""
+    return re.findall(r"[^\W\d_]+(?:['’-][^\W\d_]+)*", text.lower())
 
 
-def content_words(text: str) -> list[str]:
-    return [w for w in words(text) if w not in STOP_WORDS and len(w) > 1]
+def normalized(text: str) -> str:
+    """An item's words as compared: lower case, without filler ("purple tones" is "purple")."""
+    kept = [w for w in words_of(text) if w not in V.FILLER and w not in V.STOP_WORDS]
+    return " ".join(kept)
 
 
-def has_word(text_words: set[str], word: str) -> bool:
-    """`word` in the text, allowing a plural or a hyphenated compound (blue-ish, purples)."""
-    return any(t == word or t == word + "s" or t.startswith(word + "-") or t.endswith("-" + word) for t in text_words)
+def colour_words(text: str) -> list[str]:
+    """The colour words of `text`, hyphenated compounds opened (blood-red: red; blue-green: blue, green)."""
+    return [p for w in words_of(text) for p in dict.fromkeys([w, *w.split("-")]) if p in V.COLOR_FAMILIES]
 
 
-def mentions(text_words: set[str], word: str) -> bool:
-    """`word` in the text as `has_word` finds it, or, for a word of five letters or more, by its first five
-    letters (guardians in "guardian", phoenix in "phoenixes")."""
-    return has_word(text_words, word) or (len(word) >= 5 and any(t.startswith(word[:5]) for t in text_words))
+def colour_families(text: str) -> set[str]:
+    """Every colour family `text` names (violet: purple; teal: cyan, blue, green)."""
+    return {f for c in colour_words(text) for f in V.COLOR_FAMILIES[c]}
+
+
+def same_colour(a: str, b: str) -> bool:
+    """Two colour words for one colour: the same word, or a family's name and a shade whose own family it is
+    (purple and violet, red and crimson; not navy and teal, not emerald and lime)."""
+    return (
+        a == b
+        or (a in V.BASIC_COLOURS and V.COLOR_FAMILIES[b][0] == a)
+        or (b in V.BASIC_COLOURS and V.COLOR_FAMILIES[a][0] == b)
+    )
+
+
+def aspect_of(text: str) -> str:
+    """What an item of free text is about, for text that came without one (the seed's fields)."""
+    said = words_of(text)
+    if colour_families(text):
+        return "colour"
+    for aspect, known in (("mood", V.MOODS), ("pacing", V.PACING), ("theme", V.THEMES)):
+        if any(w in known for w in said):
+            return aspect
+    return "other"
 
 
 @dataclass(frozen=True, kw_only=True)
-class StyleCheck:
-    """How one prompt stands against the user's style: what it misses and what it should not name."""
+class StyleItem:
+    """One preference: its aspect, its words, liked or ruled out, the feedback it came from and when."""
 
-    missing: list[str] = field(default_factory=list)  # preferences absent, e.g. ["purple", "slow"]
-    disliked: list[str] = field(default_factory=list)  # disliked words present, e.g. ["bright"]
+    aspect: str
+    words: str
+    liked: bool
+    feedback: str = ""
+    at: str = ""
 
     @property
-    def applied(self) -> bool:
-        return not self.missing and not self.disliked
+    def key(self) -> str:
+        return normalized(self.words) or self.words.strip().lower()
 
-    def problems(self) -> list[str]:
-        """What is wrong, in words a model (or a person) can act on."""
+    def same_thing(self, other: StyleItem) -> bool:
+        """The same preference: the same words, or colours of one family (violet and purple)."""
+        if self.key == other.key:
+            return True
+        mine, theirs = colour_words(self.words), colour_words(other.words)
+        return bool(mine and theirs) and all(any(same_colour(a, b) for b in theirs) for a in mine)
+
+    def as_json(self) -> dict[str, str]:
+        return {
+            "aspect": self.aspect,
+            "words": self.words,
+            "polarity": "liked" if self.liked else "ruled_out",
+            "feedback": self.feedback[:FEEDBACK_CHARS],
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> StyleItem:
+        return cls(
+            aspect=str(value.get("aspect") or "other"),
+            words=str(value.get("words") or ""),
+            liked=value.get("polarity") != "ruled_out",
+            feedback=str(value.get("feedback") or ""),
+            at=str(value.get("at") or ""),
+        )
+
+
+def _split(value: Any) -> list[str]:
+    items = value if isinstance(value, list) else re.split(r",|\band\b", str(value or ""))
+    return [str(i).strip() for i in items if normalized(str(i))]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Style:
+    """A user's style: the items, liked and ruled out."""
+
+    items: tuple[StyleItem, ...] = ()
+
+    @classmethod
+    def of(cls, user_style: dict[str, Any]) -> Style:
+        """The style a `user_style` block holds: its items, and the seed's fields' text an operator set
+        that no item covers (liked, or ruled out for DISLIKED_ELEMENTS)."""
+        items = [StyleItem.from_json(i) for i in user_style.get("ITEMS") or [] if isinstance(i, dict)]
+        keys = {i.key for i in items}
+        for aspect, field in FIELDS.items():
+            for text in _split(user_style.get(field)):
+                if normalized(text) not in keys:
+                    items.append(StyleItem(aspect=aspect, words=text, liked=True, feedback="set in the block"))
+                    keys.add(normalized(text))
+        for text in _split(user_style.get("DISLIKED_ELEMENTS")):
+            if normalized(text) not in keys:
+                items.append(StyleItem(aspect=aspect_of(text), words=text, liked=False, feedback="set in the block"))
+                keys.add(normalized(text))
+        return cls(items=tuple(items))
+
+    @property
+    def liked(self) -> list[StyleItem]:
+        return [i for i in self.items if i.liked]
+
+    @property
+    def ruled_out(self) -> list[StyleItem]:
+        return [i for i in self.items if not i.liked]
+
+    def learned(self, reading: Sequence[StyleItem]) -> tuple[Style, list[dict[str, str]]]:
+        """This style after a new reading, and what the reading changed of earlier items. A new item
+        replaces every earlier one about the same thing (a later "no purple" removes "purple"); within one
+        reading a ruled-out item wins over a liked one about the same thing."""
+        new = [i for i in reading if i.liked is False or not any(o.same_thing(i) for o in reading if not o.liked)]
+        changes = []
+        kept = []
+        for old in self.items:
+            later = next((i for i in new if i.same_thing(old)), None)
+            if later is None:
+                kept.append(old)
+            elif later.liked != old.liked:
+                changes.append(
+                    {
+                        "words": old.words,
+                        "was": "liked" if old.liked else "ruled_out",
+                        "now": f"{'liked' if later.liked else 'ruled_out'}: {later.words}",
+                        "feedback": later.feedback[:FEEDBACK_CHARS],
+                        "at": later.at,
+                    }
+                )
+        return Style(items=tuple([*kept, *new][-ITEMS_KEPT:])), changes
+
+    def block_fields(self, history: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
+        """The `user_style` fields this style writes: the items, their history and the seed's fields."""
+        fields: dict[str, Any] = {
+            field: ", ".join(dict.fromkeys(i.words for i in self.liked if i.aspect == aspect))
+            for aspect, field in FIELDS.items()
+        }
+        fields["DISLIKED_ELEMENTS"] = list(dict.fromkeys(i.words for i in self.ruled_out))
+        fields["ITEMS"] = [i.as_json() for i in self.items]
+        fields["ITEM_HISTORY"] = list(history)[-HISTORY_KEPT:]
+        return fields
+
+    def phrases(self, *, only: Iterable[StyleItem] | None = None) -> list[str]:
+        """The liked items (those in `only` when given) in the user's own words, one phrase per aspect."""
+        chosen = list(self.liked if only is None else only)
         out = []
-        if self.missing:
-            out.append(f"the prompt must name the user's preferences: {', '.join(self.missing)}")
-        if self.disliked:
-            out.append(f"the prompt must not name what the user dislikes: {', '.join(self.disliked)}")
+        for aspect in V.ASPECT_NAMES:
+            said = [i.words for i in chosen if i.aspect == aspect]
+            if said:
+                out.append(", ".join(dict.fromkeys(said)) + (" colours" if aspect == "colour" else ""))
         return out
 
-    def as_json(self) -> dict[str, Any]:
-        return {"applied": self.applied, "missing": self.missing, "disliked": self.disliked}
 
-
-def preferences(user_style: dict[str, Any], key: str) -> list[str]:
-    """The items of one preference (comma-separated text, or a list) that carry a content word."""
-    value = user_style.get(key) or ""
-    items = value if isinstance(value, list) else re.split(r",|\band\b", str(value))
-    return [i.strip() for i in items if content_words(str(i))]
-
-
-def banned_words(user_style: dict[str, Any]) -> set[str]:
-    """The words of DISLIKED_ELEMENTS a prompt must not name (none the user also prefers)."""
-    liked = {w for key, _ in ASPECTS for item in preferences(user_style, key) for w in content_words(item)}
-    disliked = {w for d in user_style.get("DISLIKED_ELEMENTS") or [] for w in content_words(str(d))}
-    return disliked - liked
-
-
-def check(prompt: str, user_style: dict[str, Any]) -> StyleCheck:
-    """Which preferences `prompt` misses (an item is carried when all its words are) and which disliked
-    words it names."""
-    present = set(words(prompt))
-    missing = [
-        item
-        for key, _ in ASPECTS
-        for item in preferences(user_style, key)
-        if not all(has_word(present, w) for w in content_words(item))
-    ]
-    disliked = sorted(w for w in banned_words(user_style) if has_word(present, w))
-    return StyleCheck(missing=missing, disliked=disliked)
-
-
-def remove_words(prompt: str, banned: set[str]) -> str:
-    """`prompt` without the banned words (and the commas they leave behind)."""
-    if not banned:
-        return prompt
-    pattern = r"\b(" + "|".join(map(re.escape, sorted(banned, key=len, reverse=True))) + r")(s|-\w+)?\b\s*"
-    prompt = re.sub(pattern, "", prompt, flags=re.I)
-    return re.sub(r"\s+,", ",", re.sub(r"(,\s*)+,", ",", prompt)).strip(" ,")
-
-
-def phrases(user_style: dict[str, Any], *, only: list[str] | None = None) -> list[str]:
-    """The studio's words for the style's colour, mood and pacing (only the items in `only` when given)."""
-    out = []
-    for key, template in ASPECTS:
-        items = [i for i in preferences(user_style, key) if only is None or i in only]
-        if items:
-            out.append(template.format(", ".join(items)))
-    return out
-
-
-def apply(prompt: str, user_style: dict[str, Any]) -> str:
-    """`prompt` repaired: disliked words removed, missing preferences added in the studio's words."""
-    prompt = remove_words(prompt, banned_words(user_style))
-    missing = check(prompt, user_style).missing
-    return ", ".join(p for p in [prompt.rstrip(". "), *phrases(user_style, only=missing)] if p)
-
-
-def read(feedback: str) -> StylePreferences:
-    """The studio's own reading of style feedback: the colours, moods, themes and pacing it names, and their
-    opposites as what the user dislikes."""
-    said = words(feedback)
-    colors = [w for w in said if w in COLORS]
-    moods = [w for w in said if w in MOODS]
-    pacing = [w for w in said if w in PACING]
-    themes = [w for w in said if w in THEMES]
-    disliked = [f"{MOODS[m]} aesthetics" for m in moods] + [f"{PACING[p]}" for p in pacing]
-    if colors and all(c in COOL for c in colors):
-        disliked.append("warm orange and yellow tones")
-    elif colors and all(c in WARM for c in colors):
-        disliked.append("cold blue tones")
-    return StylePreferences(
-        colors=", ".join(dict.fromkeys(colors)),
-        moods=", ".join(dict.fromkeys(moods)),
-        themes=", ".join(dict.fromkeys(themes)),
-        pacing=", ".join(dict.fromkeys(pacing)),
-        disliked=disliked,
-    )
+def stamped(items: Iterable[StyleItem], *, feedback: str, at: str) -> list[StyleItem]:
+    """`items` as read from `feedback` at `at`."""
+    return [replace(i, feedback=feedback[:FEEDBACK_CHARS], at=at) for i in items]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from mas import agents
+from mas.agents.style import Style, stamped
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
@@ -21,28 +22,24 @@ class PreferenceError(InvalidInput):
 
 
 def learn_style(settings: Settings, feedback: str) -> dict:
-    """Director: read style feedback into user_style, adding its inverse to DISLIKED_ELEMENTS."""
+    """Director: read style feedback into items of `user_style` (liked or ruled out). A new item replaces
+    every earlier one about the same thing, and the block's ITEM_HISTORY says which it turned round."""
     check_storable(feedback, "the style feedback")
     if not feedback.strip():
         raise PreferenceError('the feedback is empty: say what you like, e.g. "dark moody purple tones"')
-    prefs = agents.backend(settings).director.read_style(feedback)
-    if not any([prefs.colors, prefs.moods, prefs.themes, prefs.pacing]):
+    reading = agents.backend(settings).director.read_style(feedback)
+    if not reading.items:
         raise PreferenceError(
-            "I found no colour, mood, theme or pacing in that feedback; try e.g. "
-            '"I prefer dark moody aesthetics with purple and blue tones"'
+            "I found no colour, mood, theme or pacing in that feedback, to like or to rule out; nothing "
+            'changed. Try e.g. "I prefer dark moody aesthetics with purple and blue tones" or "no red"'
         )
+    items = stamped(reading.items, feedback=feedback, at=blocks.now_iso())
 
     def change(v: dict) -> dict:
-        fields = {
-            "COLOR_PREFERENCES": prefs.colors or v["COLOR_PREFERENCES"],
-            "MOOD_PREFERENCES": prefs.moods or v["MOOD_PREFERENCES"],
-            "THEME_PREFERENCES": prefs.themes or v["THEME_PREFERENCES"],
-            "PACING_PREFERENCES": prefs.pacing or v["PACING_PREFERENCES"],
-            "DISLIKED_ELEMENTS": list(dict.fromkeys(v["DISLIKED_ELEMENTS"] + prefs.disliked))[-KEEP:],
-        }
-        return fields
+        style, changes = Style.of(v).learned(items)
+        return style.block_fields([*v.get("ITEM_HISTORY", []), *changes])
 
-    return blocks.update(settings, "user_style", change, actor="director")
+    return blocks.update(settings, "user_style", change, actor=f"director ({reading.source})")
 
 
 def pick(settings: Settings, test_id: int, label: str) -> dict:

@@ -88,13 +88,37 @@ class SessionState(_Block):
         return value
 
 
+class StyleItemValue(TypedDict):
+    """One preference (`mas.agents.style.StyleItem`): its aspect, words, polarity and where it came from."""
+
+    aspect: Literal["colour", "mood", "theme", "pacing", "other"]
+    words: str
+    polarity: Literal["liked", "ruled_out"]
+    feedback: str
+    at: str
+
+
+class StyleChange(TypedDict):
+    """A later feedback that turned an earlier item round ("purple" liked, then "no purple")."""
+
+    words: str
+    was: str
+    now: str
+    feedback: str
+    at: str
+
+
 class UserStyle(_Block):
+    """The seed's fields are written from ITEMS when feedback is learned; an operator may still set them."""
+
     COLOR_PREFERENCES: str = ""
     MOOD_PREFERENCES: str = ""
     THEME_PREFERENCES: str = ""
     PACING_PREFERENCES: str = ""
     FAVORITE_SUCCESSES: list = Field(default_factory=list)
     DISLIKED_ELEMENTS: list = Field(default_factory=list)
+    ITEMS: list[StyleItemValue] = Field(default_factory=list)
+    ITEM_HISTORY: list[StyleChange] = Field(default_factory=list)
 
 
 class QualityStandards(_Block):

@@ -21,6 +21,7 @@ from mas.agents.letta.client import client, translated
 from mas.agents.letta.errors import LettaNotFound, LettaReplyError
 from mas.agents.letta.provisioning import crew
 from mas.agents.letta.replies import REPLY_EXCERPT_CHARS, reply_object
+from mas.agents.meaning import StudioMeaning
 from mas.agents.protocol import Question
 from mas.agents.replies import problem
 from mas.agents.roles import Agents
@@ -82,9 +83,10 @@ def letta_agents(settings: Settings, *, serialize: bool = True) -> Agents:
     director itself.
     """
     director = RoleAgent(settings, "director", serialize=serialize)
+    meaning = StudioMeaning(settings)
     return Agents(
-        director=AskingDirector(director),
-        writer=AskingWriter(RoleAgent(settings, "writer", serialize=serialize)),
+        director=AskingDirector(director, meaning=meaning),
+        writer=AskingWriter(RoleAgent(settings, "writer", serialize=serialize), meaning=meaning),
         cameraman=AskingCameraman(RoleAgent(settings, "cameraman", serialize=serialize)),
         consolidator=AskingConsolidator(director),
     )

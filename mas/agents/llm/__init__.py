@@ -8,18 +8,21 @@ sleeptime companion consolidates from a clear buffer every MAS_SLEEPTIME_FREQUEN
 from mas.agents.asking import AskingCameraman, AskingConsolidator, AskingDirector, AskingWriter, Ranker
 from mas.agents.llm.agent import Exchange, LLMAgent
 from mas.agents.llm.errors import LLMError, LLMMisconfigured, LLMRejected, LLMReplyError, LLMUnavailable
+from mas.agents.meaning import StudioMeaning
 from mas.agents.roles import Agents
 from mas.config import Settings
 
 
 def llm_agents(settings: Settings, *, rank: Ranker | None = None, serialize: bool = True) -> Agents:
     """The four roles played by llm agents; `rank` (the user's taste) picks among Writer candidates."""
+    meaning = StudioMeaning(settings)
     return Agents(
-        director=AskingDirector(LLMAgent(settings, "director", serialize=serialize)),
+        director=AskingDirector(LLMAgent(settings, "director", serialize=serialize), meaning=meaning),
         writer=AskingWriter(
             LLMAgent(settings, "writer", serialize=serialize),
             candidates=settings.writer_candidates,
             rank=rank,
+            meaning=meaning,
         ),
         cameraman=AskingCameraman(LLMAgent(settings, "cameraman", serialize=serialize)),
         consolidator=AskingConsolidator(LLMAgent(settings, "director_sleeptime", history=False, serialize=serialize)),

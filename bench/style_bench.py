@@ -1,0 +1,281 @@
+"""How well the studio understands its user's words, on a labelled set of its own (`bench/style_labels/`).
+
+Feedbacks (`feedbacks.json`: what each likes and rules out, in English words, whatever its language) are
+read by each reader and stored as `mas style` stores them (`Style.learned`, the Director's checks of a
+model's reading included); what is stored is compared with the label: precision and recall of liked and
+of ruled-out items, polarity inversions (an item stored liked that the label rules out, or the reverse),
+and the share of feedbacks stored exactly as labelled. Readers:
+
+- `studio`: the studio's own reader (the offline backend, and the fallback of the model-backed ones);
+- `labelled`: a stand-in model that answers each feedback with its labelled reading, through the same
+  question, validation and fallback as a real model (what a capable model's reading becomes);
+- `smollm2`, `gemma3`: real small models on llama.cpp's server (`scripts/llm-server-env.sh`,
+  `scripts/gemma-model.sh`), asked by the llm backend in a studio of their own.
+
+Prompts (`prompts.json`: a prompt, the style it is judged against, whether it carries the liked items and
+whether it names a ruled-out one) are checked by `mas.agents.style_check` with the MiniLM model: good prompts
+refused (false refusals), bad English prompts let through (misses), foreign prompts left unchecked.
+
+    python bench/style_bench.py                                  # studio, labelled; prompts
+    python bench/style_bench.py --readers studio,labelled,smollm2,gemma3 --output bench/RESULTS-style.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import ROOT, command_line, machine
+
+from mas.agents import style_check, style_reader
+from mas.agents.asking import AskingDirector
+from mas.agents.protocol import Question
+from mas.agents.replies import NoValidReply, problem
+from mas.agents.roles import Reading
+from mas.agents.style import Style, StyleItem, normalized
+from mas.memory.embeddings import default_model_path, load_model
+
+LABELS = ROOT / "bench" / "style_labels"
+Reader = Callable[[str], Reading]
+
+
+def labelled(entry: dict) -> list[StyleItem]:
+    return [
+        StyleItem(aspect=i["aspect"], words=i["words"], liked=liked)
+        for liked, key in ((True, "liked"), (False, "ruled_out"))
+        for i in entry[key]
+    ]
+
+
+def _same_words(a: StyleItem, b: StyleItem) -> bool:
+    """The same preference for scoring: the same words (plural or filler aside), or one item's words
+    inside the other's ("quick cuts" and "quick")."""
+    x, y = (re.sub(r"s\b", "", normalized(i.words)) for i in (a, b))
+    return bool(x and y) and (x == y or f" {x} " in f" {y} " or f" {y} " in f" {x} ")
+
+
+@dataclass
+class Score:
+    """Counts over feedbacks, per polarity."""
+
+    right: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
+    stored: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
+    labelled: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
+    inversions: list[str] = field(default_factory=list)
+    exact: int = 0
+    feedbacks: int = 0
+    by_model: int = 0
+    wrong: list[str] = field(default_factory=list)
+
+    def add(self, feedback: str, stored: list[StyleItem], label: list[StyleItem], source: str) -> None:
+        self.feedbacks += 1
+        self.by_model += source == "model"
+        exact = len(stored) == len(label)
+        for item in stored:
+            self.stored[item.liked] += 1
+            if any(_same_words(item, x) and x.liked == item.liked for x in label):
+                self.right[item.liked] += 1
+            else:
+                exact = False
+            if any(x.liked != item.liked and (_same_words(item, x) or x.same_thing(item)) for x in label):
+                self.inversions.append(f"{feedback!r}: {item.words} stored {'liked' if item.liked else 'ruled out'}")
+        for item in label:
+            self.labelled[item.liked] += 1
+        if not exact:
+            self.wrong.append(f"{feedback!r}: stored {_show(stored)}; label {_show(label)}")
+        self.exact += exact
+
+    def figures(self) -> dict:
+        def ratio(n: int, d: int) -> float | None:
+            return round(n / d, 3) if d else None
+
+        return {
+            "feedbacks": self.feedbacks,
+            "read by the model": self.by_model,
+            "liked precision": ratio(self.right[True], self.stored[True]),
+            "liked recall": ratio(self.right[True], self.labelled[True]),
+            "ruled-out precision": ratio(self.right[False], self.stored[False]),
+            "ruled-out recall": ratio(self.right[False], self.labelled[False]),
+            "polarity inversions": len(self.inversions),
+            "stored as labelled": ratio(self.exact, self.feedbacks),
+        }
+
+
+def _show(items: list[StyleItem]) -> str:
+    return "[" + ", ".join(("+" if i.liked else "-") + i.words for i in items) + "]"
+
+
+def score_reader(read: Reader, feedbacks: list[dict]) -> dict[str, Score]:
+    """Scores of one reader over English and foreign feedbacks apart."""
+    scores = {"en": Score(), "foreign": Score()}
+    for entry in feedbacks:
+        reading = read(entry["feedback"])
+        stored, _ = Style().learned(reading.items)
+        group = "en" if entry["lang"] == "en" else "foreign"
+        scores[group].add(entry["feedback"], list(stored.items), labelled(entry), reading.source)
+    return scores
+
+
+class LabelledModel:
+    """A stand-in model (no network, no weights): answers `read_style` with the feedback's labelled reading,
+    validated as a real model's reply is, and asked again with the problems the same way."""
+
+    def __init__(self, feedbacks: list[dict], *, tries: int = 3) -> None:
+        self._answers = {e["feedback"]: e for e in feedbacks}
+        self._tries = tries
+
+    def ask(self, question: Question):  # noqa: ANN201 - the Asker protocol
+        entry = self._answers[question.payload["feedback"]]
+        answer = {"liked": entry["liked"], "ruled_out": entry["ruled_out"]}
+        errors = []
+        for _ in range(self._tries):
+            try:
+                return question.reply.model_validate(answer, context=question.context)
+            except Exception as exc:  # noqa: BLE001 - a pydantic ValidationError: the stand-in cannot correct itself
+                errors.append(problem(exc) if hasattr(exc, "errors") else str(exc))
+        raise NoValidReply("; ".join(errors[-1:]))
+
+
+def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None) -> dict:
+    """False refusals of good prompts, misses of bad English ones, and foreign prompts left unchecked."""
+    good = {"en": [0, 0], "foreign": [0, 0]}  # [refused, of]
+    bad_en = {"missing": [0, 0], "names": [0, 0], "any": [0, 0]}  # [caught, of]
+    unchecked = {"en": 0, "foreign": 0}
+    notes = []
+    for entry in prompts:
+        style = Style(items=tuple(labelled(entry["style"])))
+        check = style_check.check(entry["prompt"], style, meaning)
+        group = "en" if entry["lang"] == "en" else "foreign"
+        unchecked[group] += not check.checked
+        refused = check.checked and not check.applied
+        is_good = entry["carries"] and not entry["names_ruled_out"]
+        if is_good:
+            good[group][1] += 1
+            good[group][0] += refused
+            if refused:
+                notes.append(f"refused good: {entry['prompt']!r}: {check.problems()}")
+        elif group == "en":
+            for kind, bad, seen in (
+                ("missing", not entry["carries"], bool(check.missing)),
+                ("names", entry["names_ruled_out"], bool(check.disliked)),
+                ("any", True, refused),
+            ):
+                if bad:
+                    bad_en[kind][1] += 1
+                    bad_en[kind][0] += seen
+            if not refused:
+                notes.append(f"missed bad: {entry['prompt']!r} against {_show(list(style.items))}")
+    return {"good": good, "bad_en": bad_en, "unchecked": unchecked, "notes": notes}
+
+
+def model_reader(name: str) -> tuple[Reader, Callable[[], None]]:
+    """A real model's reader: the llm backend's Director over llama.cpp, in a studio of its own."""
+    from harness import new_data_dir, remove_data_dir
+
+    from mas import agents
+    from tests.llm_server import GEMMA_MODEL, LocalLLM, unavailable_reason
+    from tests.studio import IsolatedStudio
+
+    if unavailable_reason():
+        raise SystemExit(f"{name}: {unavailable_reason()}")
+    model = GEMMA_MODEL if name == "gemma3" else None
+    if model is not None and not model.exists():
+        raise SystemExit(f"{name}: run bash scripts/gemma-model.sh")
+    data_dir = new_data_dir(f"mas-style-{name}-")
+    server = LocalLLM(data_dir / "llm", model=model).start()
+    studio = IsolatedStudio(
+        data_dir / "studio", MAS_AGENT_BACKEND="llm", MAS_LLM_URL=server.url, MAS_LLM_MODEL=server.alias
+    ).__enter__()
+    director = agents.backend(studio.settings).director
+
+    def close() -> None:
+        studio.__exit__(None, None, None)
+        server.stop()
+        remove_data_dir(studio.settings, data_dir)
+
+    return director.read_style, close
+
+
+def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[str, float]) -> list[str]:
+    lines = ["| reader | feedbacks | by the model | liked P / R | ruled-out P / R | inversions | as labelled |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for name, groups in readers.items():
+        for group, score in groups.items():
+            f = score.figures()
+            lines.append(
+                f"| {name} ({group}) | {f['feedbacks']} | {f['read by the model']} | {f['liked precision']} / "
+                f"{f['liked recall']} | {f['ruled-out precision']} / {f['ruled-out recall']} | "
+                f"{f['polarity inversions']} | {f['stored as labelled']} |"
+            )
+    lines += ["", "Reading wall time: " + ", ".join(f"{n} {w:.0f} s" for n, w in walls.items()), ""]
+    good, bad, unchecked = prompts["good"], prompts["bad_en"], prompts["unchecked"]
+    lines += [
+        "| prompts | figure |",
+        "|---|---|",
+        f"| good English prompts refused | {good['en'][0]} of {good['en'][1]} |",
+        f"| good foreign prompts refused | {good['foreign'][0]} of {good['foreign'][1]} |",
+        f"| foreign prompts left unchecked (the model's prompt stands) | {unchecked['foreign']} |",
+        f"| English prompts left unchecked | {unchecked['en']} |",
+        f"| bad English prompts caught | {bad['any'][0]} of {bad['any'][1]} |",
+        f"| ... missing a liked item: the miss found | {bad['missing'][0]} of {bad['missing'][1]} |",
+        f"| ... naming a ruled-out item: found | {bad['names'][0]} of {bad['names'][1]} |",
+    ]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--readers", default="studio,labelled")
+    parser.add_argument("--output", type=Path)
+    parser.add_argument("--verbose", action="store_true", help="print every wrong reading and check")
+    args = parser.parse_args()
+    feedbacks = json.loads((LABELS / "feedbacks.json").read_text())
+    prompts = json.loads((LABELS / "prompts.json").read_text())
+    scores, walls = {}, {}
+    for name in args.readers.split(","):
+        close: Callable[[], None] = lambda: None  # noqa: E731
+        if name == "studio":
+            read: Reader = lambda f: Reading(items=style_reader.read(f), source="studio")  # noqa: E731
+        elif name == "labelled":
+            read = AskingDirector(LabelledModel(feedbacks)).read_style
+        else:
+            read, close = model_reader(name)
+        start = time.monotonic()
+        try:
+            scores[name] = score_reader(read, feedbacks)
+        finally:
+            close()
+        walls[name] = time.monotonic() - start
+        if args.verbose:
+            for group in scores[name].values():
+                print(f"--- {name}", *group.inversions, *group.wrong, sep="\n")
+    meaning = load_model(default_model_path())
+
+    class Embed:
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return meaning.encode(texts, normalize_embeddings=True).tolist()
+
+    checked = score_prompts(prompts, Embed())
+    if args.verbose:
+        print("--- prompts", *checked["notes"], sep="\n")
+    lines = [
+        "# Style understanding on the labelled set",
+        "",
+        f"`{command_line('style_bench.py')}`: {machine()}.",
+        f"{len(feedbacks)} feedbacks, {len(prompts)} prompts (`bench/style_labels/`).",
+        "",
+        *report(scores, checked, walls=walls),
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""English text as words with their polarity: what a clause asks for and what it rules out.
+
+"I love blue but I can't stand yellow" likes blue and rules out yellow; "no red, orange or yellow" rules
+out all three; "a fox under a sky with no red" does not ask for red. A negation holds to the end of its
+clause; a contrast ("but", "however") or a new subject ("and I love ...") starts a clause of its own; a
+comma-separated list with no word of polarity of its own goes on as the one before it. Words in a clause
+that has no common English word and words the studio does not know are marked unreadable: the studio's
+rules say nothing about them rather than something wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mas.agents import vocabulary as V
+
+TOKEN = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*|[,;.!?:\n()]")
+SENTENCE_END = frozenset(";.!?:\n()")
+
+_NEGATIVE = sorted((tuple(c.split()) for c in V.NEGATIVE_CUES), key=len, reverse=True)
+_POSITIVE = sorted((tuple(c.split()) for c in V.POSITIVE_CUES), key=len, reverse=True)
+_BACKWARD = frozenset(
+    {("not",), ("never",), ("no",), ("isn't",), ("aren't",), ("too", "much"), ("too", "many"), ("no", "thanks")}
+)
+"""Rule-outs that also reach back to the clause's words before them ("red is not my thing")."""
+_STRONG = frozenset(tuple(c.split()) for c in V.STRONG_POSITIVE)
+_DONT_MIND = (("don't", "mind"), ("do", "not", "mind"), ("wouldn't", "mind"), ("no", "problem", "with"))
+"""Double negatives that like what follows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Word:
+    """One word of a text, where it is, and how its clause holds it."""
+
+    text: str  # lower case, as written (bright-eyed stays one word)
+    start: int
+    end: int
+    ruled_out: bool  # said under a rule-out (no, never, avoid, don't like, ...)
+    readable: bool  # its clause is English the studio reads
+    name: bool  # part of a proper name ("Orange County", "Blue Mountains"): never a style word
+    clause: int
+
+
+def _match(tokens: list[str], at: int, cues: list[tuple[str, ...]]) -> tuple[str, ...] | None:
+    for cue in cues:
+        if tuple(tokens[at : at + len(cue)]) == cue:
+            return cue
+    return None
+
+
+def _is_name(raw: list[str], i: int, first: bool) -> bool:
+    """A capitalised word that is not just the start of a sentence, or that runs into another capitalised
+    word (Orange County, the Blue Mountains)."""
+    word = raw[i]
+    if not word[:1].isupper() or word == "I" or (word.isupper() and len(word) > 1):  # EPIC is emphasis
+        return False
+    neighbours = [raw[j] for j in (i - 1, i + 1) if 0 <= j < len(raw) and raw[j][:1].isalpha() and raw[j] != "I"]
+    return not first or any(n[:1].isupper() for n in neighbours)
+
+
+def _segments(tokens: list[str]) -> list[tuple[int, int, bool]]:
+    """(start, end, continues) spans of clauses: `continues` when only a comma (not a stop, a contrast or a
+    new subject) separated it from the one before."""
+    spans, start, continues = [], 0, False
+    for i, tok in enumerate(tokens):
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        before = tokens[i - 1] if i else ""
+        if tok in SENTENCE_END or tok == ",":
+            spans.append((start, i, continues))
+            start, continues = i + 1, tok == "," and nxt not in V.SUBJECTS and nxt not in V.CONTRAST
+        elif tok in V.CONTRAST and i > start and before not in ("anything", "everything"):
+            spans.append((start, i, continues))
+            start, continues = i, False
+        elif tok in ("and", "or") and nxt in V.SUBJECTS and i > start:
+            spans.append((start, i, continues))
+            start, continues = i + 1, False
+    spans.append((start, len(tokens), continues))
+    return [s for s in spans if s[1] > s[0]]
+
+
+def _sentences(tokens: list[str]) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    for i, tok in enumerate(tokens):
+        if tok in SENTENCE_END:
+            spans.append((start, i))
+            start = i + 1
+    spans.append((start, len(tokens)))
+    return spans
+
+
+def _readable(words: list[str]) -> bool:
+    """English the studio reads: no common word of another language, and a common English word or mostly
+    words the studio knows."""
+    if not words or any(w in V.FOREIGN_GLUE for w in words):
+        return False
+    return any(w in V.ENGLISH_GLUE for w in words) or sum(map(_known, words)) / len(words) >= KNOWN_SHARE
+
+
+KNOWN_SHARE = 0.5
+"""A sentence with no common English word is read when at least this share of its words are the studio's."""
+
+
+def _is_item(token: str) -> bool:
+    return _known(token) and token not in V.ENGLISH_GLUE or token in ("and", "or") or token in V.STOP_WORDS
+
+
+def _known(token: str) -> bool:
+    return (
+        token in V.ENGLISH_GLUE
+        or token in V.COLOR_FAMILIES
+        or token in V.MOODS
+        or token in V.THEMES
+        or token in V.PACING
+        or token in V.PACING_NOUNS
+        or token in V.FILLER
+        or token in V.CRAFT
+        or any(token == c[0] for c in _NEGATIVE + _POSITIVE)
+    )
+
+
+def read(text: str) -> list[Word]:
+    """Every word of `text` with its polarity, readability and whether it is part of a name."""
+    found = [(m.group(), m.start(), m.end()) for m in TOKEN.finditer(text)]
+    raw = [t for t, _, _ in found]
+    tokens = [t.lower().replace("’", "'") for t in raw]
+    readable = [False] * len(tokens)
+    for start, end in _sentences(tokens):
+        said = [t for t in tokens[start:end] if t != ","]
+        readable[start:end] = [_readable(said)] * (end - start)
+    words: list[Word] = []
+    carried: bool | None = None  # the polarity a continuing list inherits (True: ruled out)
+    last_cued, last_words = True, (0, 0)  # whether the previous clause had a cue; its words
+    for number, (start, end, continues) in enumerate(_segments(tokens)):
+        span = [t for t in tokens[start:end] if t not in SENTENCE_END and t != ","]
+        cues = [c for i in range(start, end) if (c := _match(tokens, i, _NEGATIVE + _POSITIVE))]
+        if cues and not last_cued and cues[0] in _BACKWARD and _only_cues(tokens, start, end):
+            for k in range(*last_words):  # "orange, never": the cue alone reaches back
+                words[k] = _with(words[k], ruled_out=True)
+        state = carried if continues and not cues and all(map(_is_item, span)) else None
+        pending: list[int] = []
+        first_word = len(words)
+        i = start
+        while i < end:
+            dont_mind = _match(tokens, i, list(_DONT_MIND))
+            negative = None if dont_mind else _match(tokens, i, _NEGATIVE)
+            positive = dont_mind or (None if negative else _match(tokens, i, _POSITIVE))
+            if negative:
+                if state is None and negative in _BACKWARD:
+                    for k in pending:
+                        words[k] = _with(words[k], ruled_out=True)
+                state, pending = True, []
+                i += len(negative)
+                continue
+            if positive:
+                if state is not True or positive in _STRONG or dont_mind:
+                    state = False
+                pending = []
+                i += len(positive)
+                continue
+            tok = tokens[i]
+            if tok not in SENTENCE_END and tok != ",":
+                first = i == start or tokens[i - 1] in SENTENCE_END
+                words.append(
+                    Word(
+                        text=tok,
+                        start=found[i][1],
+                        end=found[i][2],
+                        ruled_out=bool(state),
+                        readable=readable[i],
+                        name=_is_name(raw, i, first),
+                        clause=number,
+                    )
+                )
+                if state is None:
+                    pending.append(len(words) - 1)
+            i += 1
+        carried = bool(state)
+        last_cued, last_words = bool(cues), (first_word, len(words))
+    return words
+
+
+def _only_cues(tokens: list[str], start: int, end: int) -> bool:
+    i = start
+    while i < end:
+        cue = _match(tokens, i, _NEGATIVE + _POSITIVE)
+        if cue is None and tokens[i] not in SENTENCE_END and tokens[i] != ",":
+            return False
+        i += len(cue) if cue else 1
+    return True
+
+
+def _with(word: Word, *, ruled_out: bool) -> Word:
+    return Word(
+        text=word.text,
+        start=word.start,
+        end=word.end,
+        ruled_out=ruled_out,
+        readable=word.readable,
+        name=word.name,
+        clause=word.clause,
+    )
+
+
+def english_share(words: list[Word]) -> float:
+    """The share of the words that are common English words: near 0 for French, German or Japanese."""
+    said = [w for w in words if not w.name]
+    return sum(w.text in V.ENGLISH_GLUE for w in said) / len(said) if said else 0.0

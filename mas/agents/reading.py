@@ -1,0 +1,79 @@
+"""A model's reading of style feedback, checked for what the studio can measure before it is stored.
+
+The model reads language; the studio does not pretend to. It checks a reading's structure (an aspect, a
+few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and,
+where its own reader reads the feedback (English it knows), that no item has the opposite polarity of what
+the feedback plainly says. A reading that passes stands as the model gave it, whatever the studio's own
+reader would have added; one that never passes is replaced by the studio's reading.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mas.agents import checks, style_reader
+from mas.agents import vocabulary as V
+from mas.agents.replies import StyleItemReply, StyleReply
+from mas.agents.style import StyleItem, aspect_of, colour_families, normalized
+
+ITEM_MAX_WORDS = 4
+"""A preference is a few words ("ocean depths", "slow lingering shots"); a longer one is the feedback
+handed back."""
+
+FEEDBACK_WORDS = frozenset(
+    "prefer prefers like likes love loves want wants enjoy dislike hate favourite favorite".split()
+)
+"""How feedback speaks, never what it prefers."""
+
+MARKUP = re.compile(r"[<>{}\[\]=&#_\\]|\bhttps?:")
+
+
+def item_of(reply: StyleItemReply, *, liked: bool) -> StyleItem:
+    """The studio's item for one of the model's, filed under colour when it names a colour."""
+    aspect = "colour" if colour_families(reply.words) else reply.aspect or aspect_of(reply.words)
+    return StyleItem(aspect=aspect, words=reply.words.strip().lower(), liked=liked)
+
+
+def as_reply(items: list[StyleItem]) -> dict[str, list[dict[str, str]]]:
+    """A reading in the `read_style` reply's shape (what a stand-in model answers)."""
+    return {
+        key: [{"aspect": i.aspect, "words": i.words} for i in items if i.liked == liked]
+        for key, liked in (("liked", True), ("ruled_out", False))
+    }
+
+
+def items_of(reply: StyleReply) -> list[StyleItem]:
+    return [item_of(i, liked=True) for i in reply.liked] + [item_of(i, liked=False) for i in reply.ruled_out]
+
+
+def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) -> list[str]:
+    """Why the reading cannot be stored (empty when it can), in words the model can act on."""
+    out = []
+    for polarity, given in (("liked", reply.liked), ("ruled_out", reply.ruled_out)):
+        for raw in given:
+            words = normalized(raw.words).split()
+            if MARKUP.search(raw.words) or checks.MARKERS.search(raw.words):
+                out.append(f"{polarity} {raw.words!r} is markup or a field name, not a preference")
+            elif not words:
+                out.append(f"{polarity} {raw.words!r} names no preference")
+            elif len(words) > ITEM_MAX_WORDS or set(words) & FEEDBACK_WORDS:
+                out.append(f"{polarity} {raw.words!r} is the feedback's sentence; give the preference in a few words")
+            elif checks.is_echo(raw.words, task_words):
+                out.append(f"{polarity} {raw.words!r} repeats the task's words")
+            elif raw.aspect and raw.aspect not in V.ASPECT_NAMES:
+                out.append(f"{polarity} {raw.words!r}: aspect must be one of {', '.join(V.ASPECT_NAMES)}")
+    if out:
+        return out
+    model = items_of(reply)
+    for liked in (i for i in model if i.liked):
+        if any(o.same_thing(liked) for o in model if not o.liked):
+            out.append(f"{liked.words!r} is both liked and ruled out")
+    studio = style_reader.read(feedback)
+    for own in studio:
+        for item in model:
+            if item.same_thing(own) and item.liked != own.liked:
+                said = "rules out" if not own.liked else "asks for"
+                out.append(f"the feedback {said} {own.words!r}: it belongs in {'liked' if own.liked else 'ruled_out'}")
+    if studio and not model:
+        out.append(f"the feedback names {', '.join(i.words for i in studio)}: read them")
+    return out

@@ -1,0 +1,176 @@
+"""A prompt against the user's style, by meaning: does it carry what they like and name nothing they ruled
+out? And the studio's repair of a prompt that misses.
+
+Colours are judged by family (violet is purple, cobalt is blue), moods and pacing by meaning groups
+(brooding is moody), other words by the embedding model (MiniLM) above a threshold set on the labelled set
+(`bench/style_bench.py`). "no red" in a prompt does not ask for red; "Orange County" and "bright-eyed" are
+not colours or moods. A prompt in a language the checks do not read is never judged: its check says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from mas.agents import clauses
+from mas.agents import vocabulary as V
+from mas.agents.style import Style, StyleItem, colour_families, colour_words, normalized, same_colour
+
+MIN_ENGLISH_SHARE = 0.12
+"""A prompt with fewer common English words than this share is not English the checks read (an English
+prompt of ten words or more has a, the, of, with ...; French, German or Japanese has none)."""
+
+CARRIES_SIMILARITY = 0.62
+"""A liked item with no word of its own or of its meaning group in the prompt is still carried when a
+prompt word outside every group is this near it (cosine, MiniLM): "underwater" and "ocean depths"."""
+
+NAMES_SIMILARITY = 0.75
+"""A ruled-out item is named by a prompt word outside every group only this near it: refusing a good
+prompt costs more than a near-synonym slipping through."""
+
+
+class Meaning(Protocol):
+    """Sentence embeddings: unit vectors for texts (`mas.memory.embeddings.Embedder`)."""
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class StyleCheck:
+    """How one prompt stands against the user's style."""
+
+    checked: bool = True  # False: the prompt is in a language the checks do not read
+    missing: list[str] = field(default_factory=list)  # liked items the prompt does not carry
+    disliked: list[str] = field(default_factory=list)  # ruled-out items the prompt names
+
+    @property
+    def applied(self) -> bool:
+        return self.checked and not self.missing and not self.disliked
+
+    def problems(self) -> list[str]:
+        """What is wrong, in words a model (or a person) can act on (nothing when unchecked)."""
+        out = []
+        if self.missing:
+            out.append(f"the prompt must carry the user's preferences: {', '.join(self.missing)}")
+        if self.disliked:
+            out.append(f"the prompt must not ask for what the user ruled out: {', '.join(self.disliked)}")
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {"checked": self.checked, "applied": self.applied, "missing": self.missing, "disliked": self.disliked}
+
+
+def readable(words: Sequence[clauses.Word]) -> bool:
+    """Whether the checks read this text: English, judged by its share of common English words."""
+    return clauses.english_share(list(words)) >= MIN_ENGLISH_SHARE
+
+
+def _said(words: Sequence[clauses.Word]) -> list[clauses.Word]:
+    """The words a prompt asks for: not under a negation, not part of a name, not filler."""
+    return [w for w in words if not w.ruled_out and not w.name and w.text not in V.STOP_WORDS]
+
+
+def _stem(word: str) -> str:
+    """A word without its ending (lingers, lingering: linger), for words of five letters or more."""
+    return re.sub(r"(ing|ed|es|s)$", "", word) if len(word) >= 5 else word
+
+
+REQUIRED_ASPECTS = ("colour", "mood", "pacing")
+"""The liked aspects every prompt carries (the seed's colour, mood and pacing); a liked theme guides what is
+planned, not every shot, and an "other" item is a wish, not a rule. Every ruled-out item is a rule."""
+
+
+class _Judge:
+    """One prompt's words, compared with style items."""
+
+    def __init__(self, prompt: str, meaning: Meaning | None) -> None:
+        self.words = clauses.read(prompt)
+        self.said = _said(self.words)
+        self.meaning = meaning
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def _vector(self, texts: list[str]) -> dict[str, np.ndarray]:
+        wanted = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if wanted and self.meaning is not None:
+            self._vectors.update(zip(wanted, np.asarray(self.meaning.embed(wanted), dtype=np.float32), strict=True))
+        return self._vectors
+
+    def matches(self, item: StyleItem) -> list[clauses.Word]:
+        """The prompt's words that say `item` (empty when none). A liked item is said by any of its words,
+        their meaning group, or a part of a compound (rapid-fire); a ruled-out one of several words only by
+        all of them, and never by a part of a compound (bright-eyed is not bright)."""
+        wanted = colour_words(item.words)
+        if wanted and item.liked:  # any shade of its families carries a liked colour (teal carries blue)
+            families = colour_families(item.words)
+            return [w for w in self.said if colour_families(w.text) & families]
+        if wanted:  # a ruled-out colour is named by itself, its shades, or its family's name
+            return [w for w in self.said if any(same_colour(c, p) for c in wanted for p in colour_words(w.text))]
+        key = [w for w in normalized(item.words).split() if w not in V.STOP_WORDS]
+        if not key:
+            return []
+        found = [w for w in self.said if any(self._says(w.text, k, compounds=item.liked) for k in key)]
+        if not item.liked and len(key) > 1:
+            return found if all(any(self._says(w.text, k, compounds=False) for w in found) for k in key) else []
+        if found or self.meaning is None:
+            return found
+        return self._near(item, key)
+
+    @staticmethod
+    def _says(text: str, key: str, *, compounds: bool) -> bool:
+        forms = [text, *text.split("-")] if compounds else [text]
+        groups = V.MEANINGS.get(key, frozenset())
+        return any(_stem(f) == _stem(key) or bool(groups & V.MEANINGS.get(f, frozenset())) for f in forms)
+
+    def _near(self, item: StyleItem, key: list[str]) -> list[clauses.Word]:
+        """Words outside every meaning group (and not compounds of the item's words) that the embedding
+        model puts near the item."""
+        unknown = [
+            w
+            for w in self.said
+            if w.text not in V.MEANINGS
+            and w.text not in V.COLOR_FAMILIES
+            and not set(w.text.split("-")) & set(key)
+            and len(w.text) > 2
+        ]
+        if not unknown:
+            return []
+        phrase = " ".join(key)
+        vectors = self._vector([phrase, *(w.text for w in unknown)])
+        threshold = CARRIES_SIMILARITY if item.liked else NAMES_SIMILARITY
+        return [w for w in unknown if float(vectors[phrase] @ vectors[w.text]) >= threshold]
+
+
+def check(prompt: str, style: Style, meaning: Meaning | None = None) -> StyleCheck:
+    """Which liked items `prompt` does not carry and which ruled-out items it names (by meaning)."""
+    if not style.items:
+        return StyleCheck()
+    judge = _Judge(prompt, meaning)
+    if not readable(judge.words):
+        return StyleCheck(checked=False)
+    return StyleCheck(
+        missing=[i.words for i in style.liked if i.aspect in REQUIRED_ASPECTS and not judge.matches(i)],
+        disliked=[i.words for i in style.ruled_out if judge.matches(i)],
+    )
+
+
+def repair(prompt: str, style: Style, meaning: Meaning | None = None) -> str:
+    """`prompt` with every word that names a ruled-out item taken out whole (never inside "bright-eyed" or
+    "Orange County") and the liked items it misses added in the user's own words."""
+    judge = _Judge(prompt, meaning)
+    if not readable(judge.words):
+        return prompt
+    cut = sorted(
+        {(w.start, w.end) for i in style.ruled_out for w in judge.matches(i)},
+        reverse=True,
+    )
+    for start, end in cut:
+        prompt = prompt[:start] + prompt[end:]
+    prompt = re.sub(r"\s+([,.;])", r"\1", re.sub(r"(,\s*)+,", ",", re.sub(r"[ \t]{2,}", " ", prompt)))
+    prompt = prompt.strip(" ,")
+    missing = set(check(prompt, style, meaning).missing)
+    added = style.phrases(only=[i for i in style.liked if i.words in missing and i.aspect in REQUIRED_ASPECTS])
+    return ", ".join(p for p in [prompt.rstrip(". "), *added] if p)

@@ -1,0 +1,229 @@
+"""The studio understands its user's words: feedback read as meant, prompts judged by meaning, a model that
+reads well is trusted. Pure code: no server; the checks use the MiniLM model the studio ships.
+
+The roles are driven by `Scripted`, an in-process asker that answers each question with a given reply and
+validates it exactly as the llm and Letta backends do (the reply model with the question's context); it is
+a stand-in for a model's transport, not a model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mas.agents import style_check, style_reader
+from mas.agents.asking import AskingDirector, AskingWriter
+from mas.agents.offline import craft_of, studio_prompt
+from mas.agents.protocol import Question
+from mas.agents.reading import as_reply
+from mas.agents.replies import NoValidReply
+from mas.agents.roles import WriterBrief
+from mas.agents.style import Style, StyleItem
+from mas.config import Settings
+from mas.pipeline.requests import ProductionRequest
+
+
+class Scripted:
+    """Answers each question with the next scripted reply, validated as a backend validates it; a reply
+    that fails validation is asked again with the next one, and the last failure ends in NoValidReply."""
+
+    def __init__(self, *replies: object, tries: int = 2) -> None:
+        self.replies, self.tries, self.asked = list(replies), tries, []
+
+    def ask(self, question: Question):
+        errors = []
+        for _ in range(self.tries):
+            self.asked.append(question)
+            reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+            try:
+                return question.reply.model_validate(reply, context=question.context)
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                errors.append(str(exc))
+        raise NoValidReply(errors[-1])
+
+
+@pytest.fixture(scope="module")
+def meaning():
+    from mas.agents.meaning import StudioMeaning
+
+    return StudioMeaning(Settings())
+
+
+def said(feedback: str) -> tuple[set[str], set[str]]:
+    items = style_reader.read(feedback)
+    return {i.words for i in items if i.liked}, {i.words for i in items if not i.liked}
+
+
+# --- the studio's own reader ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("feedback", "liked", "ruled_out"),
+    [
+        ("avoid any red, please", set(), {"red"}),
+        ("no purple at all", set(), {"purple"}),
+        ("I hate dark moody videos; I want bright cheerful colours", {"bright", "cheerful"}, {"dark", "moody"}),
+        ("I don't like green", set(), {"green"}),
+        ("never any red or orange", set(), {"red", "orange"}),
+        ("I love blue but I can't stand yellow", {"blue"}, {"yellow"}),
+        ("navy and azure, melancholy", {"navy", "azure", "melancholy"}, set()),
+        ("No red, orange or yellow", set(), {"red", "orange", "yellow"}),
+        ("less red, more blue", {"blue"}, {"red"}),
+        ("crimson, yes! orange, never.", {"crimson"}, {"orange"}),
+        ("too dark lately, can you go brighter?", {"bright"}, {"dark"}),
+        ("I don't mind red", {"red"}, set()),
+        ("I prefer dark moody aesthetics with purple and blue tones", {"dark", "moody", "purple", "blue"}, set()),
+    ],
+)
+def test_the_studio_reads_negation_and_contrast_clause_by_clause_and_adds_no_opposite(feedback, liked, ruled_out):
+    assert said(feedback) == (liked, ruled_out)
+
+
+@pytest.mark.parametrize(
+    "feedback", ["pas de violet", "nada de azul", "kein Rot, bitte", "紫は嫌い", "du violet et du doré", "rose et violet"]
+)
+def test_the_studio_says_nothing_about_languages_it_does_not_read(feedback):
+    assert style_reader.read(feedback) == []
+
+
+# --- the style as items -------------------------------------------------------------------------------
+
+
+def test_a_later_feedback_turns_an_earlier_item_round_and_says_so():
+    style, _ = Style().learned(style_reader.read("I love purple and slow shots"))
+    style, changes = style.learned(style_reader.read("no purple at all"))
+    assert {(i.words, i.liked) for i in style.items} == {("slow", True), ("purple", False)}
+    assert changes == [{"words": "purple", "was": "liked", "now": "ruled_out: purple", "feedback": "", "at": ""}]
+    style, _ = style.learned(style_reader.read("violet is lovely"))  # a shade of purple brings purple back
+    assert {(i.words, i.liked) for i in style.items} == {("slow", True), ("violet", True)}
+    fields = style.block_fields()
+    assert fields["COLOR_PREFERENCES"] == "violet" and fields["DISLIKED_ELEMENTS"] == []
+
+
+def test_text_an_operator_set_in_the_seed_fields_counts_as_items():
+    style = Style.of({"COLOR_PREFERENCES": "teal, gold", "DISLIKED_ELEMENTS": ["fast cuts"]})
+    assert {(i.aspect, i.words, i.liked) for i in style.items} == {
+        ("colour", "teal", True), ("colour", "gold", True), ("pacing", "fast cuts", False)}
+
+
+# --- prompts judged by meaning ------------------------------------------------------------------------
+
+DARK_PURPLE = Style(items=tuple(style_reader.read("I prefer dark moody aesthetics with purple and blue tones, never bright")))
+
+
+def test_a_prompt_that_carries_the_style_in_other_words_is_not_refused(meaning):
+    prompt = "a dragon over a violet sea under a cobalt sky, brooding storm light, shadowy cliffs"
+    assert style_check.check(prompt, DARK_PURPLE, meaning).applied
+
+
+def test_a_prompt_that_misses_or_names_what_was_ruled_out_is_caught(meaning):
+    check = style_check.check("a dragon over a sunny meadow of red poppies, bright daylight", DARK_PURPLE, meaning)
+    assert set(check.missing) == {"dark", "moody", "purple", "blue"} and check.disliked == ["bright"]
+
+
+def test_no_red_in_a_prompt_is_not_red_wanted_and_names_are_not_colours(meaning):
+    no_red = Style(items=(StyleItem(aspect="colour", words="red", liked=False),))
+    assert style_check.check("a fox in the snow at dusk, no red anywhere, slow pan", no_red, meaning).applied
+    assert not style_check.check("a fox under scarlet banners at dusk", no_red, meaning).applied
+    assert style_check.check("a fox in the Red Square at dusk, white snow", no_red, meaning).applied
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    ["un dragon au-dessus d'une mer violette sous un ciel cobalt, lumière d'orage sombre",
+     "紫の海の上を飛ぶドラゴン、暗く陰鬱な嵐の光、ゆっくりとしたカメラ"],
+)
+def test_a_prompt_in_a_language_the_checks_do_not_read_is_never_refused(prompt, meaning):
+    check = style_check.check(prompt, DARK_PURPLE, meaning)
+    assert not check.checked and not check.problems()
+    assert style_check.repair(prompt, DARK_PURPLE, meaning) == prompt
+
+
+def test_the_repair_cuts_whole_words_only_and_adds_what_is_missing_in_the_users_words(meaning):
+    style = Style(items=(
+        StyleItem(aspect="mood", words="bright", liked=False),
+        StyleItem(aspect="mood", words="warm", liked=False),
+        StyleItem(aspect="colour", words="orange", liked=False),
+        StyleItem(aspect="colour", words="navy", liked=True),
+    ))
+    prompt = "a bright-eyed owl under a warm moon in Orange County"
+    repaired = style_check.repair(prompt, style, meaning)
+    assert repaired == "a bright-eyed owl under a moon in Orange County, navy colours"
+    assert style_check.check(repaired, style, meaning).applied
+
+
+# --- the model's reading stands when it validates ---------------------------------------------------
+
+
+LABELLED = [
+    ("I love blue but I can't stand yellow", [("colour", "blue", True), ("colour", "yellow", False)]),
+    ("teal and mysterious ocean depths, nothing cartoonish", [
+        ("colour", "teal", True), ("mood", "mysterious", True), ("theme", "ocean depths", True),
+        ("other", "cartoonish characters", False)]),
+    ("j'adore le bleu marine mais pas de rouge", [("colour", "navy", True), ("colour", "red", False)]),
+    ("紫と青が好き、明るすぎるのは嫌", [("colour", "purple", True), ("colour", "blue", True), ("mood", "bright", False)]),
+    ("nada de azul", [("colour", "blue", False)]),
+]
+
+
+@pytest.mark.parametrize(("feedback", "label"), LABELLED)
+def test_a_capable_models_reading_is_stored_as_it_is(feedback, label):
+    items = [StyleItem(aspect=a, words=w, liked=liked) for a, w, liked in label]
+    reading = AskingDirector(Scripted(as_reply(items))).read_style(feedback)
+    assert reading.source == "model" and reading.items == items
+
+
+def test_a_reading_against_what_the_feedback_plainly_says_is_asked_again_then_the_studio_reads():
+    inverted = {"liked": [{"aspect": "colour", "words": "red"}], "ruled_out": []}
+    right = {"liked": [], "ruled_out": [{"aspect": "colour", "words": "red"}]}
+    asker = Scripted(inverted, right)
+    reading = AskingDirector(asker).read_style("avoid any red, please")
+    assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("red", False)]
+    assert len(asker.asked) == 2
+    junk = {"liked": [{"aspect": "theme", "words": "I prefer"}, {"aspect": "colour", "words": "user_style"}]}
+    reading = AskingDirector(Scripted(inverted, junk)).read_style("avoid any red, please")
+    assert reading.source == "studio" and [(i.words, i.liked) for i in reading.items] == [("red", False)]
+
+
+# --- the Writer and the Director --------------------------------------------------------------------
+
+
+def _brief(**change) -> WriterBrief:
+    fields = dict(concept="a dragon over the sea", attempt=1, user_style=DARK_PURPLE.block_fields(), series={},
+                  winning_patterns=[], failure_patterns=[], past_successes=[])
+    return WriterBrief(**{**fields, **change})
+
+
+def test_a_prompt_in_japanese_stays_the_models(meaning):
+    japanese = "紫の海の上を飛ぶドラゴン、暗く陰鬱な嵐の光、ゆっくりとしたカメラ"
+    draft = AskingWriter(Scripted({"prompt": japanese}), meaning=meaning).write(_brief())
+    assert draft.source == "model" and draft.prompt == japanese
+
+
+def test_a_prompt_in_other_words_stays_the_models(meaning):
+    prompt = "a dragon glides over a violet sea under a cobalt sky, brooding storm light, shadowy cliffs"
+    asker = Scripted({"prompt": prompt})
+    draft = AskingWriter(asker, meaning=meaning).write(_brief())
+    assert draft.source == "model" and draft.prompt == prompt and len(asker.asked) == 1
+
+
+def test_a_plan_concept_that_is_a_field_name_or_markup_is_the_studios(meaning):
+    request = ProductionRequest(kind="batch", theme="mythical creatures", count=3, text="3 videos of mythical creatures")
+    videos = [{"concept": "a phoenix rising from glowing ashes"}, {"concept": "strategy&#34;"},
+              {"concept": "consistency_rules"}]
+    plan = AskingDirector(Scripted({"videos": videos}), meaning=meaning).plan(request)
+    concepts = [v.concept for v in plan.videos]
+    assert concepts[0] == "a phoenix rising from glowing ashes"
+    assert all("strategy" not in c and "&#" not in c and "_" not in c for c in concepts)
+    assert all("mythical creatures" in c for c in concepts[1:])
+
+
+def test_past_successes_teach_how_they_were_made_never_their_subject():
+    success = "lighthouses in a storm, slow dolly-in, golden hour light, purple and blue colours"
+    assert craft_of([success]) == ["slow dolly-in", "golden hour light"]
+    prompt = studio_prompt(_brief(concept="a fox in the snow", past_successes=[success])).prompt
+    assert "lighthouse" not in prompt and "slow dolly-in" in prompt
+
+
+def test_the_reply_text_is_stored_as_the_model_meant_it_not_html_escaped():
+    draft = AskingWriter(Scripted({"prompt": "a dragon &amp; a knight at dusk, violet and cobalt sky, brooding shadowy light"}))
+    assert draft.write(_brief()).prompt == "a dragon & a knight at dusk, violet and cobalt sky, brooding shadowy light"
