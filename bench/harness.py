@@ -34,8 +34,10 @@ def machine() -> str:
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     except ImportError:
         gpu = "torch not installed"
-    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {gpu}; {platform.system()} "
-            f"{platform.release()}; Python {platform.python_version()}")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {gpu}; {platform.system()} "
+        f"{platform.release()}; Python {platform.python_version()}"
+    )
 
 
 def command_line(script: str) -> str:
@@ -61,3 +63,29 @@ def remove_data_dir(settings, data_dir: Path) -> None:
     if settings.embedded_database:
         services.stop_postgres(settings)
     shutil.rmtree(data_dir, ignore_errors=True)
+
+
+PACKAGES = ("mas", "torch", "transformers", "sentence-transformers", "celery", "redis", "psycopg", "sqlalchemy")
+
+
+def provenance(extra: dict[str, str] | None = None) -> str:
+    """The commit (with "+changes" when the tree differs from it), the date and the versions behind a report."""
+    import subprocess
+    from datetime import UTC, datetime
+    from importlib import metadata
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+changes"
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    versions |= extra or {}
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"Commit {commit}, {when}; " + ", ".join(f"{k} {v}" for k, v in versions.items())

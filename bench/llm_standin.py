@@ -109,6 +109,7 @@ APPROACHES = [
     "long lens compression",
 ]
 
+
 # --- the answers ----------------------------------------------------------------------------------
 def _theme_subjects(theme: str) -> list[str]:
     if re.search(r"myth|creature|beast|legend|fantas", theme, re.I):
@@ -155,6 +156,30 @@ def _style_words(style: dict, key: str) -> str:
     return str(style.get(key) or "").strip()
 
 
+OTHER_WORDS = {
+    "purple": "violet",
+    "blue": "cobalt",
+    "red": "crimson",
+    "green": "emerald",
+    "yellow": "golden",
+    "orange": "amber",
+    "dark": "shadowy",
+    "moody": "brooding",
+    "bright": "luminous",
+    "cheerful": "joyful",
+    "serene": "tranquil",
+    "calm": "tranquil",
+    "slow": "unhurried",
+    "fast": "brisk",
+    "mysterious": "enigmatic",
+}
+"""The style in words of the stand-in's own, as a capable model writes it (never the block's own words)."""
+
+
+def _in_other_words(text: str) -> str:
+    return re.sub(r"[a-z]+", lambda m: OTHER_WORDS.get(m.group(), m.group()), text.lower())
+
+
 def write_prompt(brief: dict, variant: int = 0) -> dict:
     concept = str(brief.get("concept") or "the scene")
     style = brief.get("user_style") or {}
@@ -167,11 +192,12 @@ def write_prompt(brief: dict, variant: int = 0) -> dict:
         ["slow steady camera glide", "steady camera, gentle push-in", "steady camera, slow orbit"][variant % 3]
     )
     colours, moods = _style_words(style, "COLOR_PREFERENCES"), _style_words(style, "MOOD_PREFERENCES")
+    colours, moods = _in_other_words(colours), _in_other_words(moods)
     parts.append(f"dominant colours {colours}" if colours else "dominant colours in a rich harmonious palette")
     parts.append(f"{moods} atmosphere" if moods else "atmospheric volumetric light")
     for key in ("THEME_PREFERENCES", "PACING_PREFERENCES"):
         if _style_words(style, key):
-            parts.append(_style_words(style, key))
+            parts.append(_in_other_words(_style_words(style, key)) + (" pacing" if key == "PACING_PREFERENCES" else ""))
     for key in ("SERIES_STYLE", "series_style", "style"):
         if isinstance(series, dict) and series.get(key):
             parts.append(str(series[key]))

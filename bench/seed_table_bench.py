@@ -2,20 +2,23 @@
 
 One run per backend: the offline rules (the reference), and real models on llama.cpp's server:
 SmolLM2-135M-Instruct (the tests' model, `scripts/llm-server-env.sh`) and Gemma 3 270M (a pretrained base
-model, `scripts/gemma-model.sh`). Each run starts its own studio (embedded PostgreSQL and Redis, a cpu and
+model, `scripts/gemma-model.sh`); and `standin`, `bench/llm_standin.py`, which is NOT A MODEL: it answers each role
+task by rules, reads style feedback as the studio's reader does and writes prompts that carry the style in
+words of its own (violet for purple, brooding for moody), the way a capable model would. Each run starts its own studio (embedded PostgreSQL and Redis, a cpu and
 a gpu worker, the preview renderer and grader) and plays the use cases in order:
 
 1. batch production ("Create 3 videos of mythical creatures"); 2. style learning (`mas style` with the
 seed's sentence, then the stored colours, moods and dislikes read back); 3./8. quality refinement and
 multi-round refinement (every batch: weak attempts are refined up to MAX_RETRIES); 4. a content series
 (2 episodes); 5. an A/B test (2 variations) and a pick; 6. personalization (a batch after the style
-was learned: every prompt checked against it); 7. cross-session resume (a batch stopped with work pending,
-workers and services stopped, the studio started again and `mas resume`).
+was learned: every prompt checked against it); 7. cross-session resume, five times: a batch stopped with work pending (after its plan, a first
+prompt, a first render, a first grade, a first video ended), workers and services stopped, the studio
+started again and `mas resume`.
 
 The figures come from the studio's own records: batches and videos, each attempt's prompt source and style
 check, the agent calls' tries and tokens (`agent_calls`).
 
-    python bench/seed_table_bench.py                         # offline, smollm2, gemma3
+    python bench/seed_table_bench.py                         # offline, smollm2, gemma3, standin
     python bench/seed_table_bench.py --backends offline,smollm2 --output /tmp/r.md
 """
 
@@ -29,14 +32,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
-from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
+from harness import ROOT, command_line, machine, new_data_dir, provenance, remove_data_dir
+from llm_standin import StandIn
 
 from mas import db
-from mas.agents import style
-from mas.config import GRADES
+from mas.agents import offline, style_check
+from mas.agents.meaning import StudioMeaning
+from mas.agents.style import Style
+from mas.config import GRADES, Settings
 from mas.memory import blocks
 from mas.models import AgentCall, Attempt, Batch, BatchStatus, Video, VideoState
 from tests.llm_server import GEMMA_MODEL, MODEL_NAME, LocalLLM, unavailable_reason
+from tests.llm_server import VERSION as LLM_VERSION
 from tests.studio import IsolatedStudio
 
 FEEDBACK = "I prefer dark moody aesthetics with purple and blue tones"
@@ -44,7 +51,9 @@ BACKENDS = {
     "offline": None,
     "smollm2": (None, MODEL_NAME),
     "gemma3": (GEMMA_MODEL, "gemma-3-270m"),
+    "standin": ("standin", ""),
 }
+MEANING = StudioMeaning(Settings())
 POINTS = {"A": 4.0, "B": 3.0, "C": 2.0, "D": 1.0, "F": 0.0}
 
 
@@ -68,12 +77,8 @@ def play(studio: IsolatedStudio, timeout: float) -> dict:
     learned = studio.mas("style", FEEDBACK)
     stored = blocks.read(studio.settings, "user_style")
     style_at = datetime.now(UTC)
-    style_learned = (
-        learned.returncode == 0
-        and {"purple", "blue"} <= set(style.preferences(stored, "COLOR_PREFERENCES"))
-        and {"dark", "moody"} <= set(style.preferences(stored, "MOOD_PREFERENCES"))
-        and bool(stored["DISLIKED_ELEMENTS"])
-    )
+    items = {(i.words, i.liked) for i in Style.of(stored).items}
+    style_learned = learned.returncode == 0 and items == {(w, True) for w in ("purple", "blue", "dark", "moody")}
     run("enqueue", "Create 2 videos of dragons")
     run("series", "Mythical Guardians", "--episodes", "2")
     ab_batch = run("ab", "a dragon over a frozen lake", "--variations", "2")
@@ -83,11 +88,35 @@ def play(studio: IsolatedStudio, timeout: float) -> dict:
     return {"style_learned": style_learned, "style_at": style_at, "stored": stored, "picked": picked, "waited": waited}
 
 
-def interrupted(studio: IsolatedStudio) -> int:
-    """Use case 7, first half: a batch left with work pending when its session ends."""
-    result = studio.mas("enqueue", "Create 2 videos of sea serpents")
+STOPS = {
+    "after the plan": lambda s, b: _count(s, sa.select(Video.id).where(Video.batch_id == b)) > 0,
+    "after a first prompt": lambda s, b: _count(s, _attempts(b)) > 0,
+    "after a first render": lambda s, b: _count(s, _attempts(b).where(Attempt.output_path.is_not(None))) > 0,
+    "after a first grade": lambda s, b: _count(s, _attempts(b).where(Attempt.grade.is_not(None))) > 0,
+    "after a first video ended": lambda s, b: (
+        _count(
+            s, sa.select(Video.id).where(Video.batch_id == b, Video.state.in_([VideoState.accepted, VideoState.failed]))
+        )
+        > 0
+    ),
+}
+"""Where use case 7 stops a session: each stop is a batch of its own, left with work pending."""
+
+
+def _attempts(batch_id: int) -> sa.Select:
+    return sa.select(Attempt.id).join(Video).where(Video.batch_id == batch_id)
+
+
+def _count(studio: IsolatedStudio, query: sa.Select) -> int:
+    with db.session_scope(studio.settings) as s:
+        return len(s.scalars(query).all())
+
+
+def interrupted(studio: IsolatedStudio, stop: str) -> int:
+    """Use case 7, first half: a batch left with work pending when its session ends at `stop`."""
+    result = studio.mas("enqueue", "Create 3 videos of sea serpents")
     batch_id = int(re.search(r"batch (\d+)", result.stdout).group(1))
-    studio.wait_until(lambda: _started(studio, batch_id), timeout=600, what="a first prompt")
+    studio.wait_until(lambda: STOPS[stop](studio, batch_id), timeout=900, what=stop)
     for worker in studio.workers:
         worker.kill()
     studio.workers.clear()
@@ -100,11 +129,15 @@ def resumed(studio: IsolatedStudio, batch_id: int, timeout: float) -> tuple[bool
     studio.worker("gpu")
     started = time.monotonic()
     result = studio.mas("resume", "--yes")
-    if result.returncode != 0 or f"batch {batch_id}" not in result.stdout:
-        return False, 0.0
-    studio.wait_until(lambda: _ended(studio, batch_id), timeout=timeout, what=f"resumed batch {batch_id}")
+    ended = result.returncode == 0 and f"batch {batch_id}" in result.stdout
+    if ended:
+        studio.wait_until(lambda: _ended(studio, batch_id), timeout=timeout, what=f"resumed batch {batch_id}")
     with db.session_scope(studio.settings) as s:
-        return s.get(Batch, batch_id).status == BatchStatus.done, time.monotonic() - started
+        done = ended and s.get(Batch, batch_id).status == BatchStatus.done
+    for worker in studio.workers:
+        worker.stop()
+    studio.workers.clear()
+    return done, time.monotonic() - started
 
 
 def _ended(studio: IsolatedStudio, batch_id: int) -> bool:
@@ -119,22 +152,27 @@ def _started(studio: IsolatedStudio, batch_id: int) -> bool:
         )
 
 
-def measure(name: str, server: LocalLLM | None, timeout: float) -> dict:
+def measure(name: str, llm_url: str | None, alias: str, timeout: float) -> dict:
     data_dir = new_data_dir(f"mas-seed-{name}-")
     env = {"MAS_PREVIEW_RENDER_SECONDS": "0", "MAS_LLM_CONTEXT_CHARS": "2000"}
-    if server is not None:
-        env |= {"MAS_AGENT_BACKEND": "llm", "MAS_LLM_URL": server.url, "MAS_LLM_MODEL": server.alias}
-    studio = IsolatedStudio(data_dir / "studio", **env)
+    if llm_url is not None:
+        env |= {"MAS_AGENT_BACKEND": "llm", "MAS_LLM_URL": llm_url, "MAS_LLM_MODEL": alias}
     wall = time.monotonic()
+    studio = IsolatedStudio(data_dir / "studio", **env)
     try:
         with studio:
             facts = play(studio, timeout)
-            pending = interrupted(studio)
-        again = IsolatedStudio(data_dir / "studio", **env)
-        with again:
-            facts["resumed"], resume_wait = resumed(again, pending, timeout)
-            facts["waited"] += resume_wait
-            report = _figures(again, facts)
+        facts["resumes"] = {}
+        for stop in STOPS:  # each stop: a session ends with work pending, a new one resumes it
+            with IsolatedStudio(data_dir / "studio", **env) as session:
+                session.worker("cpu")
+                session.worker("gpu")
+                pending = interrupted(session, stop)
+            with IsolatedStudio(data_dir / "studio", **env) as again:
+                facts["resumes"][stop], resume_wait = resumed(again, pending, timeout)
+                facts["waited"] += resume_wait
+        with IsolatedStudio(data_dir / "studio", **env) as last:
+            report = _figures(last, facts)
     finally:
         remove_data_dir(studio.settings, data_dir)
     report["wall"] = time.monotonic() - wall
@@ -150,16 +188,17 @@ def _figures(studio: IsolatedStudio, facts: dict) -> dict:
         completed = sum(b.status == BatchStatus.done for b in batches)
         states = Counter(v.state for v in videos)
         grades = [v.grade for v in videos if v.grade]
-        styled = [a for a in attempts if a.created_at >= facts["style_at"]]
-        # read from the prompts themselves against the stored style, and as the studio recorded it (where
-        # the studio records it: the benchmark also runs on versions that did not)
-        read = [style.check(a.prompt, facts["stored"]).applied for a in styled]
-        recorded = [bool(a.style_check.get("applied")) for a in styled if getattr(a, "style_check", None)]
+        rendered = [a for a in attempts if a.output_path is not None]
+        styled = [a for a in rendered if a.created_at >= facts["style_at"]]
+        user_style = Style.of(facts["stored"])
+        checks = {a.id: style_check.check(a.prompt, user_style, MEANING) for a in styled}
+        reviewed = [a for a in attempts if a.failure_reasons and a.review_source is not None]
+        kept = [a for a in reviewed if set(a.failure_reasons) - set(offline.weak_axes(a.scores or {}))]
         never_valid = sum(
             v.state == VideoState.failed and any("valid reply" in r for r in v.failure_reasons or []) for v in videos
         )
-        prompt_sources = Counter(getattr(a, "prompt_source", "model") for a in attempts)
-        review_sources = Counter(getattr(a, "review_source", None) or "model" for a in attempts)
+        prompt_sources = Counter(a.prompt_source for a in rendered)
+        review_sources = Counter(a.review_source or "model" for a in attempts)
         tries = sum(c.tries for c in calls)
         invalid = sum(c.tries - (1 if c.valid else 0) for c in calls)
         tokens = sum(c.prompt_tokens + c.completion_tokens for c in calls)
@@ -169,13 +208,15 @@ def _figures(studio: IsolatedStudio, facts: dict) -> dict:
     return {
         "batches": len(batches),
         "completed": completed,
-        "resumed": facts["resumed"],
+        "resumes": facts["resumes"],
         "style_learned": facts["style_learned"],
         "stored": facts["stored"],
         "picked": facts["picked"],
-        "styled": len(styled),
-        "style_applied": sum(read),
-        "style_recorded": f"{sum(recorded)}/{len(recorded)}" if recorded else "not recorded",
+        "styled": {
+            source: [checks[a.id] for a in styled if a.prompt_source == source] for source in ("model", "repaired")
+        },
+        "reviews": len(reviewed),
+        "reasons_kept": len(kept),
         "videos": len(videos),
         "accepted": accepted,
         "failed": states[VideoState.failed],
@@ -197,6 +238,15 @@ def _figures(studio: IsolatedStudio, facts: dict) -> dict:
     }
 
 
+SOURCES = ("model", "repaired", "studio")
+
+
+def _style(checks: list) -> str:
+    """How prompts stand against the style: carried of those read, and how many were not read."""
+    read = [c for c in checks if c.checked]
+    return f"{_pct(sum(c.applied for c in read), len(read))} / {len(checks) - len(read)}"
+
+
 def _pct(n: float, d: float) -> str:
     return f"{100 * n / d:.0f} % ({n:g}/{d:g})" if d else "n/a"
 
@@ -205,10 +255,27 @@ def table(results: dict[str, dict]) -> list[str]:
     names = list(results)
     rows = [
         ("Batch completion rate (seed: 100 %)", lambda r: _pct(r["completed"], r["batches"])),
-        ("Cross-session resume rate (seed: 100 %)", lambda r: _pct(int(r["resumed"]), 1)),
+        (
+            "Cross-session resume rate (seed: 100 %), sessions stopped at 5 points",
+            lambda r: (
+                _pct(sum(r["resumes"].values()), len(r["resumes"]))
+                + "".join(f"; not after {k[6:]}" for k, v in r["resumes"].items() if not v)
+            ),
+        ),
         ("Style learned from the seed's sentence", lambda r: "yes" if r["style_learned"] else "no"),
-        ("Style preference application (seed: 100 %), prompts read", lambda r: _pct(r["style_applied"], r["styled"])),
-        ("... as the studio's per-attempt check recorded it", lambda r: r["style_recorded"]),
+        (
+            "Prompts that reached the GPU: as the model wrote them / repaired / the studio's own",
+            lambda r: " / ".join(_pct(r["prompt_sources"][k], sum(r["prompt_sources"].values())) for k in SOURCES),
+        ),
+        (
+            "Style on the model's own prompts (after `mas style`): carried / not read (language)",
+            lambda r: _style(r["styled"]["model"]),
+        ),
+        ("Style on the repaired prompts: carried / not read", lambda r: _style(r["styled"]["repaired"])),
+        (
+            "Reviews that refined or failed with the model's own reasons kept beside the grader's",
+            lambda r: _pct(r["reasons_kept"], r["reviews"]),
+        ),
         ("Average grade (seed: B+)", lambda r: f"{r['grade_letter']} ({r['grade_mean']:.2f} of 4)"),
         ("A rate (seed: 34 % A/A-)", lambda r: f"{100 * r['a_rate']:.0f} %"),
         ("Grades of the videos", lambda r: ", ".join(f"{g} {r['grades'][g]}" for g in GRADES if r["grades"][g])),
@@ -219,10 +286,9 @@ def table(results: dict[str, dict]) -> list[str]:
         ("Invalid replies per agent call", lambda r: f"{r['invalid_per_call']:.2f} ({r['calls']} calls)"),
         ("Tokens per video", lambda r: f"{r['tokens_per_video']:.0f}"),
         (
-            "Prompts: model / repaired / studio",
-            lambda r: " / ".join(str(r["prompt_sources"][k]) for k in ("model", "repaired", "studio")),
+            "Reviews whose reply validated / never validated (the studio's rule decides every verdict)",
+            lambda r: " / ".join(str(r["review_sources"][k]) for k in ("model", "studio")),
         ),
-        ("Reviews: model / studio", lambda r: " / ".join(str(r["review_sources"][k]) for k in ("model", "studio"))),
         ("A/B pick recorded", lambda r: "yes" if r["picked"] else "no"),
         ("Wall of the run, s", lambda r: f"{r['wall']:.0f}"),
     ]
@@ -233,35 +299,38 @@ def table(results: dict[str, dict]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", default="offline,smollm2,gemma3")
+    parser.add_argument("--backends", default="offline,smollm2,gemma3,standin")
     parser.add_argument("--timeout", type=float, default=1800, help="Seconds one batch may take.")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "RESULTS-seed-table.md")
     args = parser.parse_args()
     results: dict[str, dict] = {}
     for name in args.backends.split(","):
         if BACKENDS[name] is None:
-            results[name] = measure(name, None, args.timeout)
+            results[name] = measure(name, None, "", args.timeout)
+        elif name == "standin":
+            with StandIn(delay=0) as standin:
+                results[name] = measure(name, standin.url, standin.model, args.timeout)
         else:
             model, alias = BACKENDS[name]
             if unavailable_reason() or (model is not None and not model.exists()):
                 raise SystemExit(f"{name}: {unavailable_reason() or 'run: bash scripts/gemma-model.sh'}")
             log_dir = new_data_dir(f"mas-seed-llm-{name}-")
             with LocalLLM(log_dir, model=model, alias=alias) as server:
-                results[name] = measure(name, server, args.timeout)
+                results[name] = measure(name, server.url, server.alias, args.timeout)
         print(name, results[name], flush=True)
     lines = [
         "# The seed's results table, measured",
         "",
         f"Machine: {machine()}",
         f"Command: `{command_line(__file__)}`",
+        provenance({"llama-cpp-python": LLM_VERSION}),
         "",
         *table(results),
         "",
         "Stored style after `mas style` with the seed's sentence:",
         "",
         *[
-            f"- {n}: colours {r['stored']['COLOR_PREFERENCES']!r}, moods {r['stored']['MOOD_PREFERENCES']!r}, themes "
-            f"{r['stored']['THEME_PREFERENCES']!r}, disliked {r['stored']['DISLIKED_ELEMENTS']}"
+            f"- {n}: " + ", ".join(f"{i['words']} ({i['polarity']}, {i['aspect']})" for i in r["stored"]["ITEMS"])
             for n, r in results.items()
         ],
         "",

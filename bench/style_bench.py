@@ -59,6 +59,12 @@ def _same_words(a: StyleItem, b: StyleItem) -> bool:
     return bool(x and y) and (x == y or f" {x} " in f" {y} " or f" {y} " in f" {x} ")
 
 
+def _inverted(stored: StyleItem, label: StyleItem) -> bool:
+    """The stored item says the opposite of a labelled one: the same words, or a colour that one of them
+    rules out ("no red" stored, crimson labelled liked)."""
+    return stored.liked != label.liked and (_same_words(stored, label) or stored.contradicts(label))
+
+
 @dataclass
 class Score:
     """Counts over feedbacks, per polarity."""
@@ -82,7 +88,7 @@ class Score:
                 self.right[item.liked] += 1
             else:
                 exact = False
-            if any(x.liked != item.liked and (_same_words(item, x) or x.same_thing(item)) for x in label):
+            if any(_inverted(item, x) for x in label):
                 self.inversions.append(f"{feedback!r}: {item.words} stored {'liked' if item.liked else 'ruled out'}")
         for item in label:
             self.labelled[item.liked] += 1
@@ -233,9 +239,12 @@ def main() -> None:
     parser.add_argument("--readers", default="studio,labelled")
     parser.add_argument("--output", type=Path)
     parser.add_argument("--verbose", action="store_true", help="print every wrong reading and check")
+    parser.add_argument("--sweep", action="store_true", help="the prompt figures at other embedding thresholds")
+    parser.add_argument("--set", default="", help='"holdout": the held-out files (written apart, never tuned on)')
     args = parser.parse_args()
-    feedbacks = json.loads((LABELS / "feedbacks.json").read_text())
-    prompts = json.loads((LABELS / "prompts.json").read_text())
+    prefix = f"{args.set}_" if args.set else ""
+    feedbacks = json.loads((LABELS / f"{prefix}feedbacks.json").read_text())
+    prompts = json.loads((LABELS / f"{prefix}prompts.json").read_text())
     scores, walls = {}, {}
     for name in args.readers.split(","):
         close: Callable[[], None] = lambda: None  # noqa: E731
@@ -261,16 +270,35 @@ def main() -> None:
             return meaning.encode(texts, normalize_embeddings=True).tolist()
 
     checked = score_prompts(prompts, Embed())
+    sweep = []
+    if args.sweep:  # how the embedding thresholds were set: every pair, on this set's prompts
+        chosen = style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY
+        for carries in (0.5, 0.55, 0.6, 0.62, 0.65, 0.7):
+            for names in (0.6, 0.65, 0.7, 0.75, 0.8):
+                style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY = carries, names
+                r = score_prompts(prompts, Embed())
+                sweep.append(
+                    f"| {carries} | {names} | {r['good']['en'][0]} of {r['good']['en'][1]} | "
+                    f"{r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
+                )
+        style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY = chosen
     if args.verbose:
         print("--- prompts", *checked["notes"], sep="\n")
     lines = [
         "# Style understanding on the labelled set",
         "",
         f"`{command_line('style_bench.py')}`: {machine()}.",
-        f"{len(feedbacks)} feedbacks, {len(prompts)} prompts (`bench/style_labels/`).",
+        f"{len(feedbacks)} feedbacks, {len(prompts)} prompts (`bench/style_labels/{prefix}*.json`).",
         "",
         *report(scores, checked, walls=walls),
     ]
+    if sweep:
+        lines += [
+            "",
+            "| carries at | names at | good English refused | bad English caught |",
+            "|---|---|---|---|",
+            *sweep,
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:

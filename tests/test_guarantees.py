@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 
-from mas.agents import style
+from mas.agents import style_check
 from mas.agents.llm import llm_agents
 from mas.agents.roles import WriterBrief
+from mas.agents.style import Style
 from mas.config import Settings
 from mas.learning.preferences import learn_style
 from mas.memory import blocks
@@ -25,6 +26,10 @@ STYLE = {
     "PACING_PREFERENCES": "slow",
     "DISLIKED_ELEMENTS": ["bright aesthetics", "cheerful aesthetics", "warm orange and yellow tones", "fast cuts"],
 }
+
+
+def _applied(prompt: str) -> bool:
+    return style_check.check(prompt, Style.of(STYLE)).applied
 
 
 def _brief(**change) -> WriterBrief:
@@ -57,40 +62,61 @@ def _asked(llm: FaultyLLM, n: int) -> str:
 FEEDBACK = "I prefer dark moody aesthetics with purple and blue tones"
 
 
-def test_the_feedback_keeps_its_colours_mood_and_dislikes_whatever_the_model_answers(clean):
+def _items(stored: dict) -> set[tuple[str, str]]:
+    return {(i["words"], i["polarity"]) for i in stored["ITEMS"]}
+
+
+def test_a_reading_that_never_validates_is_the_studios_reading_with_no_opposite_added(clean):
     answers = [
-        # what SmolLM2-135M answered: no colours, no moods, a theme of colours, the rule's own words as a dislike
-        {"colors": "", "moods": "", "themes": "purple, blue-ish", "pacing": "",
-         "disliked": ["the opposite aesthetics the feedback rules out"]},
-        {"themes": ""},  # nothing at all
-        {"colors": "purple and blue", "moods": "dark moody", "themes": "", "pacing": ");\n", "disliked": [""]},
-        {"themes": "I prefer dark moody aesthetics with purple"},  # the feedback handed back as a theme
+        # SmolLM2-135M's answers: an old shape that reads nothing, the feedback handed back, the rule's own
+        # words, a field name
+        {"colors": "", "moods": "", "themes": "purple, blue-ish", "disliked": ["the opposite aesthetics"]},
+        {"liked": [{"aspect": "theme", "words": "I prefer dark moody aesthetics with purple"}]},
+        {"liked": [{"aspect": "mood", "words": "the opposite aesthetics the feedback rules out"}]},
+        {"liked": [{"aspect": "colour", "words": "user_style"}], "ruled_out": []},
     ]
     for answer in answers:
-        blocks.update(clean, "user_style", lambda v: {**v, "COLOR_PREFERENCES": "", "MOOD_PREFERENCES": "",
-                                                       "THEME_PREFERENCES": "", "DISLIKED_ELEMENTS": []}, actor="test")
+        blocks.update(clean, "user_style", lambda v: {"ITEMS": [], "COLOR_PREFERENCES": "", "MOOD_PREFERENCES": "",
+                                                       "DISLIKED_ELEMENTS": []}, actor="test")
         with FaultyLLM([json.dumps(answer)]) as llm:
             stored = learn_style(_settings(clean, llm.url), FEEDBACK)
-        assert set(style.preferences(stored, "COLOR_PREFERENCES")) == {"purple", "blue"}, (answer, stored)
-        assert set(style.preferences(stored, "MOOD_PREFERENCES")) == {"dark", "moody"}, (answer, stored)
-        assert {"bright aesthetics", "cheerful aesthetics", "warm orange and yellow tones"} <= set(
-            stored["DISLIKED_ELEMENTS"]), stored
-        said = json.dumps(stored)
-        assert "opposite aesthetics" not in said and ");" not in said and stored["THEME_PREFERENCES"] == ""
+        liked = {("purple", "liked"), ("blue", "liked"), ("dark", "liked"), ("moody", "liked")}
+        assert _items(stored) == liked, (answer, stored)
+        assert stored["COLOR_PREFERENCES"] == "purple, blue" and stored["MOOD_PREFERENCES"] == "dark, moody"
+        assert stored["DISLIKED_ELEMENTS"] == [] and stored["THEME_PREFERENCES"] == "", stored
 
 
-def test_feedback_the_model_cannot_read_is_still_learned_and_what_it_adds_from_the_feedback_is_kept(clean):
-    with FaultyLLM(["Sure! You like dark things."]) as llm:
-        stored = learn_style(_settings(clean, llm.url), FEEDBACK)
-    assert stored["COLOR_PREFERENCES"] == "purple, blue" and stored["MOOD_PREFERENCES"] == "dark, moody"
-    answer = {"colors": "teal", "moods": "mysterious", "themes": "ocean depths", "pacing": "",
-              "disliked": ["cartoonish characters", "teal fog"]}
+def test_a_valid_reading_is_stored_as_the_model_gave_it_even_what_the_studio_cannot_read(clean):
+    answer = {"liked": [{"aspect": "colour", "words": "teal"}, {"aspect": "mood", "words": "mysterious"},
+                        {"aspect": "theme", "words": "ocean depths"}],
+              "ruled_out": [{"aspect": "other", "words": "cartoonish characters"}]}
     with FaultyLLM([json.dumps(answer)]) as llm:
         stored = learn_style(_settings(clean, llm.url), "teal and mysterious ocean depths, nothing cartoonish")
-    assert "teal" in stored["COLOR_PREFERENCES"] and "mysterious" in stored["MOOD_PREFERENCES"]
-    assert stored["THEME_PREFERENCES"] == "ocean depths"
-    # a dislike the model inferred is kept, one of a colour the user likes is not
-    assert "cartoonish characters" in stored["DISLIKED_ELEMENTS"] and "teal fog" not in stored["DISLIKED_ELEMENTS"]
+    assert _items(stored) == {("teal", "liked"), ("mysterious", "liked"), ("ocean depths", "liked"),
+                              ("cartoonish characters", "ruled_out")}
+    assert stored["THEME_PREFERENCES"] == "ocean depths" and stored["DISLIKED_ELEMENTS"] == ["cartoonish characters"]
+    french = {"liked": [], "ruled_out": [{"aspect": "colour", "words": "red"}]}
+    with FaultyLLM([json.dumps(french)]) as llm:
+        stored = learn_style(_settings(clean, llm.url), "surtout pas de rouge, s'il vous plaît")
+    assert ("red", "ruled_out") in _items(stored) and stored["ITEMS"][-1]["feedback"].startswith("surtout pas")
+
+
+def test_a_reading_that_inverts_what_the_feedback_plainly_says_is_refused(clean):
+    inverted = {"liked": [{"aspect": "colour", "words": "red"}], "ruled_out": []}
+    with FaultyLLM([json.dumps(inverted)]) as llm:
+        stored = learn_style(_settings(clean, llm.url), "avoid any red, please")
+    assert "the feedback rules out 'red'" in _asked(llm, 1)
+    assert _items(stored) == {("red", "ruled_out")} and stored["COLOR_PREFERENCES"] == ""
+
+
+def test_a_later_feedback_overrides_an_earlier_one_and_a_new_user_starts_with_no_style(clean):
+    learn_style(clean, "I love purple and slow shots")
+    stored = learn_style(clean, "no purple at all")
+    assert _items(stored) == {("slow", "liked"), ("purple", "ruled_out")}
+    assert stored["ITEM_HISTORY"][-1]["words"] == "purple" and stored["ITEM_HISTORY"][-1]["was"] == "liked"
+    assert "purple" in [c.new for c in blocks.history(clean, "user_style") if c.field == "DISLIKED_ELEMENTS"][0]
+    newcomer = blocks.read(clean.for_user("newcomer"), "user_style")
+    assert newcomer["ITEMS"] == [] and newcomer["COLOR_PREFERENCES"] == "" and newcomer["DISLIKED_ELEMENTS"] == []
 
 
 # --- the Writer ---------------------------------------------------------------------------------------
@@ -104,8 +130,7 @@ def test_a_draft_missing_the_users_palette_is_asked_again_then_repaired_by_the_s
     asked_again = _asked(llm, 1)
     assert "your_last_prompt" in asked_again and "purple, blue, dark, moody" in asked_again
     assert draft.source == "repaired" and draft.prompt.startswith(plain)
-    check = style.check(draft.prompt, STYLE)
-    assert check.applied, check
+    assert _applied(draft.prompt), draft.prompt
     assert "purple, blue" in draft.note and "bright aesthetics" in draft.negative_prompt
 
 
@@ -114,7 +139,7 @@ def test_a_correction_that_never_validates_leaves_the_draft_in_hand_to_be_repair
     with FaultyLLM([_draft(plain), "not json"]) as llm:
         draft = llm_agents(_settings(clean, llm.url)).writer.write(_brief())
     assert len(llm.requests) == 3  # the draft, then a correction asked twice (MAS_LLM_REPLY_RETRIES=1)
-    assert draft.source == "repaired" and draft.prompt.startswith(plain) and style.check(draft.prompt, STYLE).applied
+    assert draft.source == "repaired" and draft.prompt.startswith(plain) and _applied(draft.prompt)
 
 
 def test_a_disliked_element_is_removed_and_a_model_that_fixes_its_draft_keeps_it(clean):
@@ -122,11 +147,11 @@ def test_a_disliked_element_is_removed_and_a_model_that_fixes_its_draft_keeps_it
     fixed = "a phoenix of purple and blue fire rising from ashes, dark moody night, slow reveal"
     with FaultyLLM([_draft(bright)]) as llm:
         repaired = llm_agents(_settings(clean, llm.url)).writer.write(_brief())
-    assert repaired.source == "repaired" and style.check(repaired.prompt, STYLE).applied, repaired.prompt
+    assert repaired.source == "repaired" and _applied(repaired.prompt), repaired.prompt
     assert "phoenix" in repaired.prompt and "bright" not in repaired.prompt and "orange" not in repaired.prompt
     with FaultyLLM([_draft(bright), _draft(fixed)]) as llm:
         corrected = llm_agents(_settings(clean, llm.url)).writer.write(_brief())
-    assert "bright, cheerful, orange, warm" in _asked(llm, 1)
+    assert "ruled out: bright aesthetics, cheerful aesthetics, warm orange and yellow tones" in _asked(llm, 1)
     assert corrected.source == "model" and corrected.prompt == fixed
 
 
@@ -141,7 +166,7 @@ def test_a_draft_that_echoes_the_task_is_asked_again_then_the_studio_writes_its_
         draft = llm_agents(_settings(clean, llm.url)).writer.write(_brief())
     assert len(llm.requests) == 2 and "the prompt must show the concept" in _asked(llm, 1)
     assert draft.source == "studio" and "refused twice" in draft.note
-    assert draft.prompt.startswith("a phoenix rising from ashes") and style.check(draft.prompt, STYLE).applied
+    assert draft.prompt.startswith("a phoenix rising from ashes") and _applied(draft.prompt)
 
 
 def test_a_write_that_never_validates_is_the_studios_prompt_from_the_concept_and_style(clean):
@@ -150,7 +175,7 @@ def test_a_write_that_never_validates_is_the_studios_prompt_from_the_concept_and
     assert len(llm.requests) == 2  # the reply and its one correction (MAS_LLM_REPLY_RETRIES=1)
     assert llm.requests[0]["max_tokens"] <= 400  # the write's own budget, not MAS_LLM_MAX_TOKENS
     assert draft.source == "studio" and "never validated" in draft.note
-    assert "phoenix" in draft.prompt and style.check(draft.prompt, STYLE).applied
+    assert "phoenix" in draft.prompt and _applied(draft.prompt)
 
 
 def test_a_refinement_changes_the_prompt_toward_the_last_attempts_reasons(clean):

@@ -41,6 +41,7 @@ from mas.agents.offline import (
     OfflineWriter,
 )
 from mas import db
+from mas.agents.reading import as_reply
 from mas.agents.roles import WriterBrief
 from mas.errors import RetryableError
 from mas.memory import blocks as studio_blocks
@@ -417,7 +418,7 @@ def test_every_role_call_goes_through_letta_and_reads_the_structured_reply(letta
     ):
         assert crew.director.plan(request, episodes_done=1) == OfflineDirector().plan(request, episodes_done=1)
     feedback = "I prefer dark moody aesthetics with purple and blue tones and slow pacing"
-    assert crew.director.read_style(feedback) == OfflineDirector().read_style(feedback)
+    assert crew.director.read_style(feedback).items == OfflineDirector().read_style(feedback).items
     brief = _brief()
     # the same decisions, written by the model (the stand-in) where the offline backend's are the studio's
     assert crew.writer.write(brief) == replace(OfflineWriter().write(brief), source="model")
@@ -445,7 +446,7 @@ def test_an_agent_without_send_message_answers_with_an_assistant_message(letta_s
         assert "assistant_message" in [m.message_type for m in response.messages]
         assert "tool_call_message" not in [m.message_type for m in response.messages]
         replies = reply_candidates(response)
-        assert parse_json_object(replies[-1]) == asdict(OfflineDirector().read_style("bright cheerful colors"))
+        assert parse_json_object(replies[-1]) == as_reply(OfflineDirector().read_style("bright cheerful colors").items)
     finally:
         api.agents.delete(scratch.id)
 

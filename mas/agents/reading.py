@@ -66,12 +66,12 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
         return out
     model = items_of(reply)
     for liked in (i for i in model if i.liked):
-        if any(o.same_thing(liked) for o in model if not o.liked):
+        if any(o.contradicts(liked) for o in model):
             out.append(f"{liked.words!r} is both liked and ruled out")
     studio = style_reader.read(feedback)
     for own in studio:
         for item in model:
-            if item.same_thing(own) and item.liked != own.liked:
+            if item.contradicts(own):
                 said = "rules out" if not own.liked else "asks for"
                 out.append(f"the feedback {said} {own.words!r}: it belongs in {'liked' if own.liked else 'ruled_out'}")
     if studio and not model:

@@ -53,6 +53,15 @@ def colour_families(text: str) -> set[str]:
     return {f for c in colour_words(text) for f in V.COLOR_FAMILIES[c]}
 
 
+def covers(general: str, specific: str) -> bool:
+    """Whether ruling out the colour `general` rules out `specific`: the same word, or a family's name and a
+    shade of it (red covers crimson; crimson does not cover red; coral, also a thing, is named only as
+    itself)."""
+    return general == specific or (
+        general in V.BASIC_COLOURS and V.COLOR_FAMILIES[specific][0] == general and specific not in V.DUAL_USE
+    )
+
+
 def same_colour(a: str, b: str) -> bool:
     """Two colour words for one colour: the same word, or a family's name and a shade whose own family it is
     (purple and violet, red and crimson; not navy and teal, not emerald and lime)."""
@@ -94,6 +103,22 @@ class StyleItem:
             return True
         mine, theirs = colour_words(self.words), colour_words(other.words)
         return bool(mine and theirs) and all(any(same_colour(a, b) for b in theirs) for a in mine)
+
+    def rules_out(self, other: StyleItem) -> bool:
+        """Whether this item, ruled out, rules `other` out too: the same words, or a colour it covers
+        ("no red" rules out crimson; "blue, but not navy" keeps blue)."""
+        if self.key == other.key:
+            return True
+        mine, theirs = colour_words(self.words), colour_words(other.words)
+        return bool(mine and theirs) and all(any(covers(a, b) for a in mine) for b in theirs)
+
+    def contradicts(self, other: StyleItem) -> bool:
+        """The two say opposite things: one liked, the other ruled out, about the same thing (the same
+        words, or a colour the ruled-out one covers)."""
+        if self.liked == other.liked:
+            return False
+        ruled, liked = (self, other) if other.liked else (other, self)
+        return ruled.rules_out(liked)
 
     def as_json(self) -> dict[str, str]:
         return {
@@ -155,7 +180,7 @@ class Style:
         """This style after a new reading, and what the reading changed of earlier items. A new item
         replaces every earlier one about the same thing (a later "no purple" removes "purple"); within one
         reading a ruled-out item wins over a liked one about the same thing."""
-        new = [i for i in reading if i.liked is False or not any(o.same_thing(i) for o in reading if not o.liked)]
+        new = [i for i in reading if not i.liked or not any(o.rules_out(i) for o in reading if not o.liked)]
         changes = []
         kept = []
         for old in self.items:
@@ -192,7 +217,8 @@ class Style:
         for aspect in V.ASPECT_NAMES:
             said = [i.words for i in chosen if i.aspect == aspect]
             if said:
-                out.append(", ".join(dict.fromkeys(said)) + (" colours" if aspect == "colour" else ""))
+                suffix = {"colour": " colours", "mood": " mood", "pacing": " pacing"}.get(aspect, "")
+                out.append(", ".join(dict.fromkeys(said)) + suffix)
         return out
 
 

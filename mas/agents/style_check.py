@@ -18,7 +18,7 @@ import numpy as np
 
 from mas.agents import clauses
 from mas.agents import vocabulary as V
-from mas.agents.style import Style, StyleItem, colour_families, colour_words, normalized, same_colour
+from mas.agents.style import Style, StyleItem, colour_families, colour_words, covers, normalized
 
 MIN_ENGLISH_SHARE = 0.12
 """A prompt with fewer common English words than this share is not English the checks read (an English
@@ -64,9 +64,21 @@ class StyleCheck:
         return {"checked": self.checked, "applied": self.applied, "missing": self.missing, "disliked": self.disliked}
 
 
+SHORT_WORDS = 6
+"""Fewer words than this say too little to tell a language by: a short text in Latin letters with no common
+word of another language is read (so "write" is still seen as the task handed back)."""
+
+
 def readable(words: Sequence[clauses.Word]) -> bool:
-    """Whether the checks read this text: English, judged by its share of common English words."""
-    return clauses.english_share(list(words)) >= MIN_ENGLISH_SHARE
+    """Whether the checks read this text: English, not another script or another language's common words,
+    and, for a text of some length, its share of common English words."""
+    if any(ord(ch) > LATIN_END for w in words for ch in w.text) or any(w.text in V.FOREIGN_GLUE for w in words):
+        return False
+    return len(words) < SHORT_WORDS or clauses.english_share(list(words)) >= MIN_ENGLISH_SHARE
+
+
+LATIN_END = 0x24F
+"""The last code point of the Latin alphabets (accented letters included)."""
 
 
 def _said(words: Sequence[clauses.Word]) -> list[clauses.Word]:
@@ -107,8 +119,8 @@ class _Judge:
         if wanted and item.liked:  # any shade of its families carries a liked colour (teal carries blue)
             families = colour_families(item.words)
             return [w for w in self.said if colour_families(w.text) & families]
-        if wanted:  # a ruled-out colour is named by itself, its shades, or its family's name
-            return [w for w in self.said if any(same_colour(c, p) for c in wanted for p in colour_words(w.text))]
+        if wanted:  # a ruled-out colour is named by itself or, for a family's name, its shades
+            return [w for w in self.said if any(covers(c, p) for c in wanted for p in colour_words(w.text))]
         key = [w for w in normalized(item.words).split() if w not in V.STOP_WORDS]
         if not key:
             return []

@@ -34,6 +34,13 @@ COLOR_FAMILIES: dict[str, tuple[str, ...]] = {
 """Each colour word and the families it belongs to, its own first: violet is purple, cobalt and navy are
 blue, teal is cyan and between blue and green."""
 
+DUAL_USE = frozenset(
+    "coral salmon rose olive lime cherry wine honey plum peach chocolate cream pearl ash mint sage moss lemon "
+    "orchid grape lavender lilac amber jet tan".split()
+)
+"""Colour words that are also things (a coral reef, a rose garden): a ruled-out family is not named by them
+(ruling out orange does not refuse "a coral reef"); ruling out the word itself still does."""
+
 BASIC_COLOURS = frozenset(f for families in COLOR_FAMILIES.values() for f in families)
 """The families' own names (red, blue, purple, ...): "purple" means any purple, "violet" one of them."""
 
@@ -46,7 +53,8 @@ MOODS = frozenset(
     "vibrant muted somber sombre brooding joyful warm cold cool ominous tranquil surreal uplifting "
     "cinematic moody atmospheric spooky creepy sunny colourful colorful pastel neon vivid saturated "
     "desaturated minimalist minimal intense soft harsh airy shadowy regal sleek clinical meditative intimate "
-    "cheesy cute cutesy sweet scary depressing ominous earthy pastel grim bleak lush elegant".split()
+    "cheesy cute cutesy sweet scary depressing ominous earthy pastel grim bleak lush elegant upbeat happy "
+    "luxurious serious".split()
 )
 """Mood words the fallback reader recognises (words of light and feeling, not of subject)."""
 
@@ -58,7 +66,7 @@ THEMES = frozenset(
 )
 """Theme words the fallback reader recognises (a subject or a genre)."""
 
-PACING = frozenset("slow fast lingering dynamic quick rapid leisurely frantic unhurried static choppy".split())
+PACING = frozenset("slow fast lingering dynamic quick rapid leisurely frantic unhurried static choppy hectic".split())
 """Pacing words the fallback reader recognises."""
 
 PACING_NOUNS = frozenset("pacing pace cuts cut shots shot takes take motion editing tempo rhythm".split())
@@ -121,6 +129,8 @@ NEGATIVE_CUES = (
     "anything but",
     "everything but",
     "too much",
+    "bored of",
+    "bored with",
     "too many",
     "neither",
     "except",
@@ -223,7 +233,7 @@ for _group, _words in (
     (
         "bright",
         "bright brighter brightly sunny luminous radiant sunlit brilliant dazzling high-key daylight "
-        "well-lit glowing light-filled",
+        "well-lit light-filled",
     ),
     (
         "cheerful",
@@ -262,7 +272,7 @@ for _group, _words in (
 FOREIGN_GLUE = frozenset(
     "de du des le les et ou pas ne jamais moins très avec sans une un est sont und oder nicht kein keine "
     "keinen mit ohne bitte der das dem sehr y el los las con sin por favor muy una nada il gli di e non mai "
-    "senza più niente".split()
+    "senza più niente trop".split()
 )
 """Common words of French, German, Spanish and Italian: a sentence with one is not English the studio
 reads, so its rules abstain rather than read "pas de violet" as liking violet."""
