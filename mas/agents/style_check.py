@@ -20,9 +20,9 @@ from mas.agents import clauses
 from mas.agents import vocabulary as V
 from mas.agents.style import Style, StyleItem, colour_families, colour_words, covers, normalized
 
-MIN_ENGLISH_SHARE = 0.12
+MIN_ENGLISH_SHARE = 0.05
 """A prompt with fewer common English words than this share is not English the checks read (an English
-prompt of ten words or more has a, the, of, with ...; French, German or Japanese has none)."""
+prompt of twenty words has a, the, of, with ...; French, German or Japanese has none)."""
 
 CARRIES_SIMILARITY = 0.62
 """A liked item with no word of its own or of its meaning group in the prompt is still carried when a

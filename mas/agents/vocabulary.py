@@ -272,7 +272,8 @@ for _group, _words in (
 FOREIGN_GLUE = frozenset(
     "de du des le les et ou pas ne jamais moins très avec sans une un est sont und oder nicht kein keine "
     "keinen mit ohne bitte der das dem sehr y el los las con sin por favor muy una nada il gli di e non mai "
-    "senza più niente trop".split()
+    "senza più niente trop ein eine einem einen einer über unter zum zur auf aus bei vom ist sind del al sobre "
+    "entre bajo como para os dos das em nas nos com sem um uma nel nella sul sulla tra fra".split()
 )
 """Common words of French, German, Spanish and Italian: a sentence with one is not English the studio
 reads, so its rules abstain rather than read "pas de violet" as liking violet."""
