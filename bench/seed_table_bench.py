@@ -213,7 +213,7 @@ def _figures(studio: IsolatedStudio, facts: dict) -> dict:
         "stored": facts["stored"],
         "picked": facts["picked"],
         "styled": {
-            source: [checks[a.id] for a in styled if a.prompt_source == source] for source in ("model", "repaired")
+            source: [checks[a.id] for a in styled if a.prompt_source == source] for source in SOURCES
         },
         "reviews": len(reviewed),
         "reasons_kept": len(kept),
@@ -272,6 +272,7 @@ def table(results: dict[str, dict]) -> list[str]:
             lambda r: _style(r["styled"]["model"]),
         ),
         ("Style on the repaired prompts: carried / not read", lambda r: _style(r["styled"]["repaired"])),
+        ("Style on the studio's own prompts: carried / not read", lambda r: _style(r["styled"]["studio"])),
         (
             "Reviews that refined or failed with the model's own reasons kept beside the grader's",
             lambda r: _pct(r["reasons_kept"], r["reviews"]),
