@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import ROOT, command_line, machine
+from harness import ROOT, command_line, machine, provenance
 
 from mas.agents import style_check, style_reader
 from mas.agents.asking import AskingDirector
@@ -39,6 +39,7 @@ from mas.agents.replies import NoValidReply, problem
 from mas.agents.roles import Reading
 from mas.agents.style import Style, StyleItem, normalized
 from mas.memory.embeddings import default_model_path, load_model
+from tests.llm_server import VERSION as LLM_VERSION
 
 LABELS = ROOT / "bench" / "style_labels"
 Reader = Callable[[str], Reading]
@@ -213,6 +214,7 @@ def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[s
     for name, groups in readers.items():
         for group, score in groups.items():
             f = score.figures()
+            f = {k: "none stored" if v is None else v for k, v in f.items()}
             lines.append(
                 f"| {name} ({group}) | {f['feedbacks']} | {f['read by the model']} | {f['liked precision']} / "
                 f"{f['liked recall']} | {f['ruled-out precision']} / {f['ruled-out recall']} | "
@@ -287,7 +289,8 @@ def main() -> None:
     lines = [
         "# Style understanding on the labelled set",
         "",
-        f"`{command_line('style_bench.py')}`: {machine()}.",
+        f"`{command_line('bench/style_bench.py')}`: {machine()}.",
+        provenance({"llama-cpp-python": LLM_VERSION}) + ".",
         f"{len(feedbacks)} feedbacks, {len(prompts)} prompts (`bench/style_labels/{prefix}*.json`).",
         "",
         *report(scores, checked, walls=walls),

@@ -141,7 +141,8 @@ def test_a_high_priority_request_renders_before_the_rest_of_a_long_batch(server,
         ahead = [r for r in waiting_then if ready < r.started < urgent_start]
         # once it was ready, at most the render already queued in ComfyUI went first
         assert len(ahead) <= 1, (ahead, ready, urgent_start)
-        assert studio.mas("cancel", str(batch_id)).returncode == 0
+        stopped = studio.mas("cancel", str(batch_id))  # the rest of the batch is not needed (on a loaded
+        assert stopped.returncode == 0 or "already done" in stopped.stderr, stopped.stderr  # machine it may be done)
 
 
 def test_cancel_while_renders_are_pipelined_leaves_nothing_in_comfyui(server, data_dir):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import sqlalchemy as sa
 
 from mas import agents
@@ -21,6 +23,10 @@ class PreferenceError(InvalidInput):
     """The feedback or choice can't be recorded; the message says why."""
 
 
+HISTORY_SHOWN = 3
+"""Changes of earlier items the block keeps however many items it holds (the rest are in its history)."""
+
+
 def learn_style(settings: Settings, feedback: str) -> dict:
     """Director: read style feedback into items of `user_style` (liked or ruled out). A new item replaces
     every earlier one about the same thing, and the block's ITEM_HISTORY says which it turned round."""
@@ -37,7 +43,19 @@ def learn_style(settings: Settings, feedback: str) -> dict:
 
     def change(v: dict) -> dict:
         style, changes = Style.of(v).learned(items)
-        return style.block_fields([*v.get("ITEM_HISTORY", []), *changes])
+        history = [*v.get("ITEM_HISTORY", []), *changes]
+        fields = style.block_fields(history)
+        # within the block's cap: the oldest changes go first down to the last few, then the oldest items
+        # (never this feedback's), then the rest of the changes; every change stays in the block's history
+        while len(json.dumps({**v, **fields})) > settings.core_block_max_chars and (
+            history or len(style.items) > len(items)
+        ):
+            if len(history) > HISTORY_SHOWN or (history and len(style.items) <= len(items)):
+                history = history[1:]
+            else:
+                style = Style(items=style.items[1:])
+            fields = style.block_fields(history)
+        return fields
 
     return blocks.update(settings, "user_style", change, actor=f"director ({reading.source})")
 
