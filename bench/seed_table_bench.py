@@ -114,7 +114,7 @@ def _count(studio: IsolatedStudio, query: sa.Select) -> int:
 
 def interrupted(studio: IsolatedStudio, stop: str) -> int:
     """Use case 7, first half: a batch left with work pending when its session ends at `stop`."""
-    result = studio.mas("enqueue", "Create 3 videos of sea serpents")
+    result = studio.mas("enqueue", "Create 2 videos of sea serpents")
     batch_id = int(re.search(r"batch (\d+)", result.stdout).group(1))
     studio.wait_until(lambda: STOPS[stop](studio, batch_id), timeout=900, what=stop)
     for worker in studio.workers:
