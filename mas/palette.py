@@ -28,8 +28,6 @@ COLORS: dict[str, tuple[int, int, int]] = {
     "black": (15, 15, 20),
     "brown": (110, 70, 40),
 }
-COOL = {"teal", "cyan", "blue", "navy", "purple", "violet", "silver"}
-WARM = {"red", "crimson", "orange", "amber", "yellow", "gold", "brown", "pink"}
 NEUTRAL = [(120, 120, 120), (60, 60, 60), (180, 180, 180)]
 
 
