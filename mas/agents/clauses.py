@@ -104,7 +104,7 @@ def _readable(words: list[str]) -> bool:
     words the studio knows."""
     if not words or any(w in V.FOREIGN_GLUE for w in words):
         return False
-    return any(w in V.ENGLISH_GLUE for w in words) or sum(map(_known, words)) / len(words) >= KNOWN_SHARE
+    return any(w in V.ENGLISH_GLUE for w in words) or sum(map(known, words)) / len(words) >= KNOWN_SHARE
 
 
 KNOWN_SHARE = 0.5
@@ -112,10 +112,11 @@ KNOWN_SHARE = 0.5
 
 
 def _is_item(token: str) -> bool:
-    return _known(token) and token not in V.ENGLISH_GLUE or token in ("and", "or") or token in V.STOP_WORDS
+    return known(token) and token not in V.ENGLISH_GLUE or token in ("and", "or") or token in V.STOP_WORDS
 
 
-def _known(token: str) -> bool:
+def known(token: str) -> bool:
+    """A word the studio's rules know: common English, or a word of the vocabulary."""
     return (
         token in V.ENGLISH_GLUE
         or token in V.COLOR_FAMILIES

@@ -70,11 +70,17 @@ word of another language is read (so "write" is still seen as the task handed ba
 
 
 def readable(words: Sequence[clauses.Word]) -> bool:
-    """Whether the checks read this text: English, not another script or another language's common words,
-    and, for a text of some length, its share of common English words."""
+    """Whether the checks read this text: English. Not when it has another script or another language's
+    common words; else when it has common English words, is mostly words the studio knows (its own prompts,
+    "dark, moody, purple colours, slow dolly-in"), or is too short to tell."""
     if any(ord(ch) > LATIN_END for w in words for ch in w.text) or any(w.text in V.FOREIGN_GLUE for w in words):
         return False
-    return len(words) < SHORT_WORDS or clauses.english_share(list(words)) >= MIN_ENGLISH_SHARE
+    known = sum(clauses.known(w.text) for w in words) / len(words) if words else 1.0
+    return (
+        len(words) < SHORT_WORDS
+        or clauses.english_share(list(words)) >= MIN_ENGLISH_SHARE
+        or known >= clauses.KNOWN_SHARE
+    )
 
 
 LATIN_END = 0x24F
