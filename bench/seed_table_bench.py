@@ -102,6 +102,9 @@ STOPS = {
 }
 """Where use case 7 stops a session: each stop is a batch of its own, left with work pending."""
 
+STOP_TRIES = 3
+"""A stop whose batch had already ended when its workers were killed is tried again with a new batch."""
+
 
 def _attempts(batch_id: int) -> sa.Select:
     return sa.select(Attempt.id).join(Video).where(Video.batch_id == batch_id)
@@ -112,15 +115,16 @@ def _count(studio: IsolatedStudio, query: sa.Select) -> int:
         return len(s.scalars(query).all())
 
 
-def interrupted(studio: IsolatedStudio, stop: str) -> int:
-    """Use case 7, first half: a batch left with work pending when its session ends at `stop`."""
-    result = studio.mas("enqueue", "Create 2 videos of sea serpents")
+def interrupted(studio: IsolatedStudio, stop: str) -> tuple[int, bool]:
+    """Use case 7, first half: a batch whose session ends at `stop`; False when the batch had already ended
+    by the time its workers were killed (nothing left to resume: the stop is tried again)."""
+    result = studio.mas("enqueue", "Create 3 videos of sea serpents")
     batch_id = int(re.search(r"batch (\d+)", result.stdout).group(1))
     studio.wait_until(lambda: STOPS[stop](studio, batch_id), timeout=900, what=stop)
     for worker in studio.workers:
         worker.kill()
     studio.workers.clear()
-    return batch_id
+    return batch_id, not _ended(studio, batch_id)
 
 
 def resumed(studio: IsolatedStudio, batch_id: int, timeout: float) -> tuple[bool, float]:
@@ -164,10 +168,16 @@ def measure(name: str, llm_url: str | None, alias: str, timeout: float) -> dict:
             facts = play(studio, timeout)
         facts["resumes"] = {}
         for stop in STOPS:  # each stop: a session ends with work pending, a new one resumes it
-            with IsolatedStudio(data_dir / "studio", **env) as session:
-                session.worker("cpu")
-                session.worker("gpu")
-                pending = interrupted(session, stop)
+            for _ in range(STOP_TRIES):
+                with IsolatedStudio(data_dir / "studio", **env) as session:
+                    session.worker("cpu")
+                    session.worker("gpu")
+                    pending, left = interrupted(session, stop)
+                if left:
+                    break
+            if not left:
+                facts["resumes"][stop] = None  # the batch always ended before its workers were killed
+                continue
             with IsolatedStudio(data_dir / "studio", **env) as again:
                 facts["resumes"][stop], resume_wait = resumed(again, pending, timeout)
                 facts["waited"] += resume_wait
@@ -212,9 +222,7 @@ def _figures(studio: IsolatedStudio, facts: dict) -> dict:
         "style_learned": facts["style_learned"],
         "stored": facts["stored"],
         "picked": facts["picked"],
-        "styled": {
-            source: [checks[a.id] for a in styled if a.prompt_source == source] for source in SOURCES
-        },
+        "styled": {source: [checks[a.id] for a in styled if a.prompt_source == source] for source in SOURCES},
         "reviews": len(reviewed),
         "reasons_kept": len(kept),
         "videos": len(videos),
