@@ -38,6 +38,7 @@ from mas.agents.protocol import Question
 from mas.agents.replies import NoValidReply, problem
 from mas.agents.roles import Reading
 from mas.agents.style import Style, StyleItem, normalized
+from mas.errors import RetryableError
 from mas.memory.embeddings import default_model_path, load_model
 from tests.llm_server import VERSION as LLM_VERSION
 
@@ -78,6 +79,7 @@ class Score:
     feedbacks: int = 0
     by_model: int = 0
     wrong: list[str] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)
 
     def add(self, feedback: str, stored: list[StyleItem], label: list[StyleItem], source: str) -> None:
         self.feedbacks += 1
@@ -110,6 +112,7 @@ class Score:
             "ruled-out recall": ratio(self.right[False], self.labelled[False]),
             "polarity inversions": len(self.inversions),
             "stored as labelled": ratio(self.exact, self.feedbacks),
+            "unanswered": len(self.unanswered),
         }
 
 
@@ -121,9 +124,13 @@ def score_reader(read: Reader, feedbacks: list[dict]) -> dict[str, Score]:
     """Scores of one reader over English and foreign feedbacks apart."""
     scores = {"en": Score(), "foreign": Score()}
     for entry in feedbacks:
-        reading = read(entry["feedback"])
-        stored, _ = Style().learned(reading.items)
         group = "en" if entry["lang"] == "en" else "foreign"
+        try:
+            reading = read(entry["feedback"])
+        except RetryableError as error:  # the model server did not answer in time: no reading, counted
+            scores[group].unanswered.append(f"{entry['feedback']!r}: {error}")
+            continue
+        stored, _ = Style().learned(reading.items)
         scores[group].add(entry["feedback"], list(stored.items), labelled(entry), reading.source)
     return scores
 
@@ -213,8 +220,11 @@ def model_reader(name: str) -> tuple[Reader, Callable[[], None]]:
 
 
 def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[str, float]) -> list[str]:
-    lines = ["| reader | feedbacks | by the model | liked P / R | ruled-out P / R | inversions | as labelled |"]
-    lines.append("|---|---|---|---|---|---|---|")
+    lines = [
+        "| reader | feedbacks read | read by the model | liked P / R | ruled-out P / R | inversions | as labelled "
+        "| unanswered |"
+    ]
+    lines.append("|---|---|---|---|---|---|---|---|")
     for name, groups in readers.items():
         for group, score in groups.items():
             f = score.figures()
@@ -222,7 +232,7 @@ def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[s
             lines.append(
                 f"| {name} ({group}) | {f['feedbacks']} | {f['read by the model']} | {f['liked precision']} / "
                 f"{f['liked recall']} | {f['ruled-out precision']} / {f['ruled-out recall']} | "
-                f"{f['polarity inversions']} | {f['stored as labelled']} |"
+                f"{f['polarity inversions']} | {f['stored as labelled']} | {f['unanswered']} |"
             )
     lines += ["", "Reading wall time: " + ", ".join(f"{n} {w:.0f} s" for n, w in walls.items()), ""]
     good, bad, unchecked = prompts["good"], prompts["bad_en"], prompts["unchecked"]
