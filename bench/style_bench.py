@@ -309,8 +309,10 @@ def main() -> None:
         "",
         f"`{command_line('bench/style_bench.py')}`: {machine()}.",
         provenance({"llama-cpp-python": LLM_VERSION}) + ".",
-        f"{len(feedbacks)} feedbacks, {len(prompts)} prompts (`bench/style_labels/{prefix}*.json`); the real models"
-        f" read every {args.model_every}th feedback (each call takes seconds on 2 cores).",
+        f"{len(feedbacks)} feedbacks, {len(prompts)} prompts (`bench/style_labels/{prefix}*.json`).",
+        f"Real models read every {args.model_every}th feedback (a call takes seconds on 2 cores)."
+        if set(scores) - {"studio", "labelled"}
+        else "No real model in this run (`--readers smollm2,gemma3` reads with them).",
         "",
         *report(scores, checked, walls=walls),
     ]
