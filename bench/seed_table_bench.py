@@ -306,14 +306,32 @@ def table(results: dict[str, dict]) -> list[str]:
     return out
 
 
+def printed_results(text: str) -> dict[str, dict]:
+    """The results a run printed, one `name {...}` line per backend (a run cut off keeps those it finished)."""
+    names = {"Counter": Counter, "StyleCheck": style_check.StyleCheck}
+    return {
+        line.split(" ", 1)[0]: eval(line.split(" ", 1)[1], names)  # noqa: S307 - the bench's own printed output
+        for line in text.splitlines()
+        if line.split(" ", 1)[0] in BACKENDS and line.split(" ", 1)[-1].startswith("{")
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="offline,smollm2,gemma3,standin")
     parser.add_argument("--timeout", type=float, default=1800, help="Seconds one batch may take.")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "RESULTS-seed-table.md")
+    parser.add_argument(
+        "--report-from",
+        type=Path,
+        nargs="+",
+        help="write the report from the result lines earlier runs printed (one backend per line), running nothing",
+    )
     args = parser.parse_args()
     results: dict[str, dict] = {}
-    for name in args.backends.split(","):
+    for log in args.report_from or []:
+        results |= printed_results(log.read_text())
+    for name in [] if args.report_from else args.backends.split(","):
         if BACKENDS[name] is None:
             results[name] = measure(name, None, "", args.timeout)
         elif name == "standin":
@@ -331,7 +349,8 @@ def main() -> None:
         "# The seed's results table, measured",
         "",
         f"Machine: {machine()}",
-        f"Command: `{command_line(__file__)}`",
+        f"Command: `{command_line(__file__)}`"
+        + (" (the results of the runs whose printed lines it read)" if args.report_from else ""),
         provenance({"llama-cpp-python": LLM_VERSION}),
         "",
         *table(results),
