@@ -56,7 +56,7 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
                 out.append(f"{polarity} {raw.words!r} is markup or a field name, not a preference")
             elif not words:
                 out.append(f"{polarity} {raw.words!r} names no preference")
-            elif len(words) > ITEM_MAX_WORDS or set(words) & FEEDBACK_WORDS:
+            elif len(words) > ITEM_MAX_WORDS or set(words) & (FEEDBACK_WORDS | V.FOREIGN_GLUE):
                 out.append(f"{polarity} {raw.words!r} is the feedback's sentence; give the preference in a few words")
             elif checks.is_echo(raw.words, task_words):
                 out.append(f"{polarity} {raw.words!r} repeats the task's words")
