@@ -243,3 +243,9 @@ def test_a_long_history_of_feedback_stays_within_the_blocks_cap(clean):
     assert ("violet", "liked") in {(i["words"], i["polarity"]) for i in stored["ITEMS"]}
     assert stored["ITEMS"][-1]["feedback"] == "I love violet and slow shots" and stored["ITEM_HISTORY"]
     assert len(json.dumps(stored)) <= clean.core_block_max_chars
+
+
+def test_the_feedback_handed_back_as_an_item_is_not_a_reading():
+    handed_back = {"liked": [{"aspect": "mood", "words": "a bit too bright for me"}]}
+    reading = AskingDirector(Scripted(handed_back)).read_style("a bit too bright for me")
+    assert reading.source == "studio" and [(i.words, i.liked) for i in reading.items] == [("bright", False)]

@@ -21,9 +21,11 @@ ITEM_MAX_WORDS = 4
 handed back."""
 
 FEEDBACK_WORDS = frozenset(
-    "prefer prefers like likes love loves want wants enjoy dislike hate favourite favorite".split()
+    "prefer prefers like likes love loves want wants enjoy dislike hate favourite favorite i i'm me my we you "
+    "please too not no never avoid without".split()
 )
-"""How feedback speaks, never what it prefers."""
+"""How feedback speaks (who likes, how much, no and not), never what it prefers: "a bit too bright for me" is
+the feedback handed back, "bright" ruled out is its reading."""
 
 MARKUP = re.compile(r"[<>{}\[\]=&#_\\]|\bhttps?:")
 
