@@ -11,7 +11,7 @@ rules say nothing about them rather than something wrong.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mas.agents import vocabulary as V
 
@@ -148,7 +148,7 @@ def read(text: str) -> list[Word]:
         cues = [c for i in range(start, end) if (c := _match(tokens, i, _NEGATIVE + _POSITIVE))]
         if cues and not last_cued and cues[0] in _BACKWARD and _only_cues(tokens, start, end):
             for k in range(*last_words):  # "orange, never": the cue alone reaches back
-                words[k] = _with(words[k], ruled_out=True)
+                words[k] = replace(words[k], ruled_out=True)
         state = carried if continues and not cues and all(map(_is_item, span)) else None
         pending: list[int] = []
         first_word = len(words)
@@ -164,7 +164,7 @@ def read(text: str) -> list[Word]:
             if negative:
                 if state is None and negative in _BACKWARD:
                     for k in pending:
-                        words[k] = _with(words[k], ruled_out=True)
+                        words[k] = replace(words[k], ruled_out=True)
                 state, pending = True, []
                 i += len(negative)
                 continue
@@ -204,18 +204,6 @@ def _only_cues(tokens: list[str], start: int, end: int) -> bool:
             return False
         i += len(cue) if cue else 1
     return True
-
-
-def _with(word: Word, *, ruled_out: bool) -> Word:
-    return Word(
-        text=word.text,
-        start=word.start,
-        end=word.end,
-        ruled_out=ruled_out,
-        readable=word.readable,
-        name=word.name,
-        clause=word.clause,
-    )
 
 
 def english_share(words: list[Word]) -> float:
