@@ -249,3 +249,13 @@ def test_the_feedback_handed_back_as_an_item_is_not_a_reading():
     handed_back = {"liked": [{"aspect": "mood", "words": "a bit too bright for me"}]}
     reading = AskingDirector(Scripted(handed_back)).read_style("a bit too bright for me")
     assert reading.source == "studio" and [(i.words, i.liked) for i in reading.items] == [("bright", False)]
+
+
+def test_a_reading_of_another_feedback_is_not_a_reading_of_this_one():
+    """A small model hands back an earlier feedback's reading: nothing in it is what this feedback names."""
+    elsewhere = {"liked": [{"aspect": "mood", "words": "tense thriller energy"}]}
+    reading = AskingDirector(Scripted(elsewhere)).read_style("not red.")
+    assert reading.source == "studio" and [(i.words, i.liked) for i in reading.items] == [("red", False)]
+    in_other_words = {"ruled_out": [{"aspect": "colour", "words": "crimson"}]}
+    reading = AskingDirector(Scripted(in_other_words)).read_style("not red.")
+    assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("crimson", False)]

@@ -3,7 +3,7 @@
 The model reads language; the studio does not pretend to. It checks a reading's structure (an aspect, a
 few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and,
 where its own reader reads the feedback (English it knows), that no item has the opposite polarity of what
-the feedback plainly says. A reading that passes stands as the model gave it, whatever the studio's own
+the feedback plainly says and that the reading speaks of at least one thing the feedback plainly names. A reading that passes stands as the model gave it, whatever the studio's own
 reader would have added; one that never passes is replaced by the studio's reading.
 """
 
@@ -76,6 +76,15 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
             if item.contradicts(own):
                 said = "rules out" if not own.liked else "asks for"
                 out.append(f"the feedback {said} {own.words!r}: it belongs in {'liked' if own.liked else 'ruled_out'}")
-    if studio and not model:
-        out.append(f"the feedback names {', '.join(i.words for i in studio)}: read them")
+    if studio and not any(shares(item, own) for item in model for own in studio):
+        out.append(f"the feedback names {', '.join(i.words for i in studio)}: the reading has none of it")
     return out
+
+
+def shares(item: StyleItem, own: StyleItem) -> bool:
+    """Whether the model's item speaks of something the studio read: a word in common (plural or comparative
+    alike) or colours of one family. A reading that shares nothing with what the feedback plainly names is
+    about another feedback ("not red." read as "tense thriller energy")."""
+    mine = {style_reader.base(w) for w in normalized(item.words).split()} - V.STOP_WORDS
+    theirs = {style_reader.base(w) for w in normalized(own.words).split()} - V.STOP_WORDS
+    return bool(mine & theirs) or bool(colour_families(item.words) & colour_families(own.words))
