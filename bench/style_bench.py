@@ -290,7 +290,8 @@ def main() -> None:
             return meaning.encode(texts, normalize_embeddings=True).tolist()
 
     checked = score_prompts(prompts, Embed())
-    sweep = []
+    sweep: list[str] = []
+    themes: list[str] = []
     if args.sweep:  # how the embedding thresholds were set: every pair, on this set's prompts
         chosen = style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY
         for carries in (0.5, 0.55, 0.6, 0.62, 0.65, 0.7):
@@ -302,6 +303,14 @@ def main() -> None:
                     f"{r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
                 )
         style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY = chosen
+        theme = style_check.THEME_SIMILARITY
+        for at in (0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.25, 0.3):
+            style_check.THEME_SIMILARITY = at
+            r = score_prompts(prompts, Embed())
+            themes.append(
+                f"| {at} | {r['good']['en'][0]} of {r['good']['en'][1]} | {r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
+            )
+        style_check.THEME_SIMILARITY = theme
     if args.verbose:
         print("--- prompts", *checked["notes"], sep="\n")
     lines = [
@@ -322,6 +331,10 @@ def main() -> None:
             "| carries at | names at | good English refused | bad English caught |",
             "|---|---|---|---|",
             *sweep,
+            "",
+            "| a theme carried at | good English refused | bad English caught |",
+            "|---|---|---|",
+            *themes,
         ]
     text = "\n".join(lines) + "\n"
     print(text)

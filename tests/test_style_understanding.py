@@ -81,7 +81,8 @@ def test_the_studio_reads_negation_and_contrast_clause_by_clause_and_adds_no_opp
 
 
 @pytest.mark.parametrize(
-    "feedback", ["pas de violet", "nada de azul", "kein Rot, bitte", "紫は嫌い", "du violet et du doré", "rose et violet"]
+    "feedback",
+    ["pas de violet", "nada de azul", "kein Rot, bitte", "紫は嫌い", "du violet et du doré", "rose et violet"],
 )
 def test_the_studio_says_nothing_about_languages_it_does_not_read(feedback):
     assert style_reader.read(feedback) == []
@@ -104,12 +105,17 @@ def test_a_later_feedback_turns_an_earlier_item_round_and_says_so():
 def test_text_an_operator_set_in_the_seed_fields_counts_as_items():
     style = Style.of({"COLOR_PREFERENCES": "teal, gold", "DISLIKED_ELEMENTS": ["fast cuts"]})
     assert {(i.aspect, i.words, i.liked) for i in style.items} == {
-        ("colour", "teal", True), ("colour", "gold", True), ("pacing", "fast cuts", False)}
+        ("colour", "teal", True),
+        ("colour", "gold", True),
+        ("pacing", "fast cuts", False),
+    }
 
 
 # --- prompts judged by meaning ------------------------------------------------------------------------
 
-DARK_PURPLE = Style(items=tuple(style_reader.read("I prefer dark moody aesthetics with purple and blue tones, never bright")))
+DARK_PURPLE = Style(
+    items=tuple(style_reader.read("I prefer dark moody aesthetics with purple and blue tones, never bright"))
+)
 
 
 def test_a_prompt_that_carries_the_style_in_other_words_is_not_refused(meaning):
@@ -131,8 +137,10 @@ def test_no_red_in_a_prompt_is_not_red_wanted_and_names_are_not_colours(meaning)
 
 @pytest.mark.parametrize(
     "prompt",
-    ["un dragon au-dessus d'une mer violette sous un ciel cobalt, lumière d'orage sombre",
-     "紫の海の上を飛ぶドラゴン、暗く陰鬱な嵐の光、ゆっくりとしたカメラ"],
+    [
+        "un dragon au-dessus d'une mer violette sous un ciel cobalt, lumière d'orage sombre",
+        "紫の海の上を飛ぶドラゴン、暗く陰鬱な嵐の光、ゆっくりとしたカメラ",
+    ],
 )
 def test_a_prompt_in_a_language_the_checks_do_not_read_is_never_refused(prompt, meaning):
     check = style_check.check(prompt, DARK_PURPLE, meaning)
@@ -141,12 +149,14 @@ def test_a_prompt_in_a_language_the_checks_do_not_read_is_never_refused(prompt, 
 
 
 def test_the_repair_cuts_whole_words_only_and_adds_what_is_missing_in_the_users_words(meaning):
-    style = Style(items=(
-        StyleItem(aspect="mood", words="bright", liked=False),
-        StyleItem(aspect="mood", words="warm", liked=False),
-        StyleItem(aspect="colour", words="orange", liked=False),
-        StyleItem(aspect="colour", words="navy", liked=True),
-    ))
+    style = Style(
+        items=(
+            StyleItem(aspect="mood", words="bright", liked=False),
+            StyleItem(aspect="mood", words="warm", liked=False),
+            StyleItem(aspect="colour", words="orange", liked=False),
+            StyleItem(aspect="colour", words="navy", liked=True),
+        )
+    )
     prompt = "a bright-eyed owl under a warm moon in Orange County"
     repaired = style_check.repair(prompt, style, meaning)
     assert repaired == "a bright-eyed owl under a moon in Orange County, navy colours"
@@ -158,11 +168,20 @@ def test_the_repair_cuts_whole_words_only_and_adds_what_is_missing_in_the_users_
 
 LABELLED = [
     ("I love blue but I can't stand yellow", [("colour", "blue", True), ("colour", "yellow", False)]),
-    ("teal and mysterious ocean depths, nothing cartoonish", [
-        ("colour", "teal", True), ("mood", "mysterious", True), ("theme", "ocean depths", True),
-        ("other", "cartoonish characters", False)]),
+    (
+        "teal and mysterious ocean depths, nothing cartoonish",
+        [
+            ("colour", "teal", True),
+            ("mood", "mysterious", True),
+            ("theme", "ocean depths", True),
+            ("other", "cartoonish characters", False),
+        ],
+    ),
     ("j'adore le bleu marine mais pas de rouge", [("colour", "navy", True), ("colour", "red", False)]),
-    ("紫と青が好き、明るすぎるのは嫌", [("colour", "purple", True), ("colour", "blue", True), ("mood", "bright", False)]),
+    (
+        "紫と青が好き、明るすぎるのは嫌",
+        [("colour", "purple", True), ("colour", "blue", True), ("mood", "bright", False)],
+    ),
     ("nada de azul", [("colour", "blue", False)]),
 ]
 
@@ -190,8 +209,15 @@ def test_a_reading_against_what_the_feedback_plainly_says_is_asked_again_then_th
 
 
 def _brief(**change) -> WriterBrief:
-    fields = dict(concept="a dragon over the sea", attempt=1, user_style=DARK_PURPLE.block_fields(), series={},
-                  winning_patterns=[], failure_patterns=[], past_successes=[])
+    fields = dict(
+        concept="a dragon over the sea",
+        attempt=1,
+        user_style=DARK_PURPLE.block_fields(),
+        series={},
+        winning_patterns=[],
+        failure_patterns=[],
+        past_successes=[],
+    )
     return WriterBrief(**{**fields, **change})
 
 
@@ -209,9 +235,14 @@ def test_a_prompt_in_other_words_stays_the_models(meaning):
 
 
 def test_a_plan_concept_that_is_a_field_name_or_markup_is_the_studios(meaning):
-    request = ProductionRequest(kind="batch", theme="mythical creatures", count=3, text="3 videos of mythical creatures")
-    videos = [{"concept": "a phoenix rising from glowing ashes"}, {"concept": "strategy&#34;"},
-              {"concept": "consistency_rules"}]
+    request = ProductionRequest(
+        kind="batch", theme="mythical creatures", count=3, text="3 videos of mythical creatures"
+    )
+    videos = [
+        {"concept": "a phoenix rising from glowing ashes"},
+        {"concept": "strategy&#34;"},
+        {"concept": "consistency_rules"},
+    ]
     plan = AskingDirector(Scripted({"videos": videos}), meaning=meaning).plan(request)
     concepts = [v.concept for v in plan.videos]
     assert concepts[0] == "a phoenix rising from glowing ashes"
@@ -227,7 +258,9 @@ def test_past_successes_teach_how_they_were_made_never_their_subject():
 
 
 def test_the_reply_text_is_stored_as_the_model_meant_it_not_html_escaped():
-    draft = AskingWriter(Scripted({"prompt": "a dragon &amp; a knight at dusk, violet and cobalt sky, brooding shadowy light"}))
+    draft = AskingWriter(
+        Scripted({"prompt": "a dragon &amp; a knight at dusk, violet and cobalt sky, brooding shadowy light"})
+    )
     assert draft.write(_brief()).prompt == "a dragon & a knight at dusk, violet and cobalt sky, brooding shadowy light"
 
 

@@ -32,6 +32,12 @@ NAMES_SIMILARITY = 0.75
 """A ruled-out item is named by a prompt word outside every group only this near it: refusing a good
 prompt costs more than a near-synonym slipping through."""
 
+THEME_SIMILARITY = 0.16
+"""A liked theme is what a whole prompt is about, not a word in it ("a sorceress atop a castle as dragons
+circle" is fantasy): it is carried when the prompt as a whole is this near it (cosine, MiniLM). Low on
+purpose: set on the labelled set (`bench/style_bench.py --sweep`), where prompts off the theme (a glass
+office for "gothic") sit below 0.15 and prompts on it from 0.17."""
+
 
 class Meaning(Protocol):
     """Sentence embeddings: unit vectors for texts (`mas.memory.embeddings.Embedder`)."""
@@ -97,7 +103,7 @@ def _stem(word: str) -> str:
     return re.sub(r"(ing|ed|es|s)$", "", word) if len(word) >= 5 else word
 
 
-REQUIRED_ASPECTS = ("colour", "mood", "pacing")
+REQUIRED_ASPECTS = ("colour", "mood", "pacing", "theme")
 """The liked aspects every prompt carries (the seed's colour, mood and pacing); a liked theme guides what is
 planned, not every shot, and an "other" item is a wish, not a rule. Every ruled-out item is a rule."""
 
@@ -106,6 +112,7 @@ class _Judge:
     """One prompt's words, compared with style items."""
 
     def __init__(self, prompt: str, meaning: Meaning | None) -> None:
+        self.prompt = prompt
         self.words = clauses.read(prompt)
         self.said = _said(self.words)
         self.meaning = meaning
@@ -135,7 +142,14 @@ class _Judge:
             return found if all(any(self._says(w.text, k, compounds=False) for w in found) for k in key) else []
         if found or self.meaning is None:
             return found
+        if item.liked and item.aspect == "theme":
+            return self._about(item)
         return self._near(item, key)
+
+    def _about(self, item: StyleItem) -> list[clauses.Word]:
+        """The whole prompt, as words, when it is about the theme `item` names (empty when not)."""
+        vectors = self._vector([item.words, self.prompt])
+        return list(self.said) if float(vectors[item.words] @ vectors[self.prompt]) >= THEME_SIMILARITY else []
 
     @staticmethod
     def _says(text: str, key: str, *, compounds: bool) -> bool:
