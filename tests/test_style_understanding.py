@@ -123,6 +123,14 @@ def test_a_prompt_that_carries_the_style_in_other_words_is_not_refused(meaning):
     assert style_check.check(prompt, DARK_PURPLE, meaning).applied
 
 
+def test_a_liked_theme_is_what_the_whole_prompt_is_about(meaning):
+    gothic = Style(items=tuple(style_reader.read("gothic please")))
+    on_theme = "Ravens circle the pointed arches of a crumbling Victorian abbey draped in ebony velvet, slow dolly"
+    off_theme = "A mysterious black cat wanders a modern glass office at night, slow tracking shot"
+    assert style_check.check(on_theme, gothic, meaning).applied
+    assert style_check.check(off_theme, gothic, meaning).missing == ["gothic"]
+
+
 def test_a_prompt_that_misses_or_names_what_was_ruled_out_is_caught(meaning):
     check = style_check.check("a dragon over a sunny meadow of red poppies, bright daylight", DARK_PURPLE, meaning)
     assert set(check.missing) == {"dark", "moody", "purple", "blue"} and check.disliked == ["bright"]
