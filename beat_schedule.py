@@ -8,7 +8,7 @@ from celery.schedules import crontab
 
 from mas import names
 from mas.config import Settings
-from mas.pipeline.steps import NEW
+from mas.domain.steps import NEW
 from mas.runtime.app import Studio, default_app
 
 

@@ -9,7 +9,7 @@ come from the wall clock of this process and from the workers' own Celery task e
 What is measured:
 
 1. Plan and dispatch: "Create N videos of mythical creatures" (N=1000 by default) through
-   `mas.pipeline.requests.parse_request` + `mas.pipeline.production.submit` with ONE cpu worker (`-c 1`) and no gpu worker;
+   `mas.domain.requests.parse_request` + `mas.pipeline.production.submit` with ONE cpu worker (`-c 1`) and no gpu worker;
    from submit until plan_batch has succeeded (batch `running`, N Video rows, N write_prompt messages
    sent), with the project's default settings. Should plan_batch fail because the plan does not fit in
    a core memory block (`BlockError`, as before commit f4931c2 bounded the block lists), the failure is
@@ -372,7 +372,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
     from mas.runtime.clients import redis_client
     from mas.models import Batch, MemoryBlock, MemoryBlockChange, Video, VideoState
     from mas.pipeline.production import submit
-    from mas.pipeline.requests import parse_request
+    from mas.domain.requests import parse_request
 
     workers = start_workers(env, log_dir, [1], tag)
     result = PlanResult(outcome="timeout")

@@ -6,7 +6,7 @@ takes no turn, because ComfyUI's own queue is the line: the next prompt already 
 priority and arrival (`gpu.turns.rank`), and the download, checks and database writes of one render
 happen while ComfyUI runs the next.
 
-Both are steps of `mas.pipeline.steps`, run by `mas.pipeline.runner` like the cpu steps (lease, guard,
+Both are steps of `mas.domain.steps`, run by `mas.pipeline.runner` like the cpu steps (lease, guard,
 work with no transaction open, record and move on): a render redelivered after its worker died (state still
 `rendering`) renders again under the attempt's stored render id (a ComfyUI render re-attaches to its
 prompt). A render writes to a scratch file unique to its lease and moves it into place once it plays; a
@@ -36,11 +36,11 @@ from gpu.progress import ProgressPublisher
 from gpu.turns import Turn, rank
 from mas import names
 from mas.db import session_scope
+from mas.domain.steps import BY_NAME
 from mas.errors import RetryableError
 from mas.models import Attempt, Video, VideoState
 from mas.pipeline import states
 from mas.pipeline.runner import Outcome, StepRun, priority_of, step_task
-from mas.pipeline.steps import BY_NAME
 from mas.runtime.clients import redis_client
 from mas.storage import local_copy, storage, video_key
 from mas.video import VideoUnreadable, check_video

@@ -5,7 +5,6 @@ Broker messages only trigger work; anything lost from Redis can be rebuilt from 
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
@@ -26,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from mas.domain.states import BatchStatus, VideoState
 from mas.names import Priority
 
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
@@ -56,29 +56,6 @@ class Base(DeclarativeBase):
 
 def _now_column() -> Mapped[datetime]:
     return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
-
-
-class VideoState(str, enum.Enum):
-    """Life of one video. A live state names the pipeline step that is due or running for the video's current
-    attempt (`mas.pipeline.steps`); the final ones say how it ended."""
-
-    waiting = "waiting"  # planned; written when the GPUs need another prompt (`mas.pipeline.pacing`)
-    writing = "writing"
-    rendering = "rendering"
-    grading = "grading"
-    reviewing = "reviewing"
-    accepted = "accepted"
-    failed = "failed"
-    cancelled = "cancelled"  # stopped by `mas cancel`: final, nothing brings it back
-
-
-class BatchStatus(str, enum.Enum):
-    queued = "queued"
-    running = "running"
-    paused = "paused"  # no new step starts until `mas continue`
-    done = "done"
-    failed = "failed"  # planning failed for good; `failure_reason` says why
-    cancelled = "cancelled"
 
 
 class Batch(Base):

@@ -1,6 +1,6 @@
 """The pipeline's cpu steps (write, review) and the tasks around them: plan, consolidate, resume.
 
-plan_batch -> per video and attempt: write -> render -> grade -> review (`mas.pipeline.steps`), each run by
+plan_batch -> per video and attempt: write -> render -> grade -> review (`mas.domain.steps`), each run by
 `mas.pipeline.runner`; review's refine starts the next attempt's chain.
 """
 
@@ -21,16 +21,17 @@ from mas.agents.meaning import StudioMeaning
 from mas.agents.roles import Draft, Plan, PlannedVideo, Verdict, WriterBrief
 from mas.agents.style import Style
 from mas.db import session_scope
-from mas.learning import ab_design
+from mas.domain.states import TERMINAL
+from mas.domain.steps import BY_NAME, FIRST, STARTS, STEP_STATES, StepPayload
+from mas.learning import ab_design, promotion
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
 from mas.pipeline import pacing, states
 from mas.pipeline.chains import send_released, video_chain
-from mas.pipeline.outcomes import KEEP, PENDING_SHOWN, fail_planning
+from mas.pipeline.outcomes import fail_planning
 from mas.pipeline.production import batch_priority, request_of
 from mas.pipeline.runner import Outcome, StepRun, resume_point, step_task
-from mas.pipeline.steps import BY_NAME, FIRST, STARTS, StepPayload
 from mas.runtime.app import AgentTask, prioritized
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def plan_batch(self, batch_id: int) -> dict:
                 "BATCH_ID": str(batch.id),
                 "BATCH_TOTAL": len(video_ids),
                 "BATCH_COMPLETE": 0,
-                "PENDING_VIDEOS": video_ids[:PENDING_SHOWN],
+                "PENDING_VIDEOS": video_ids[: blocks.PENDING_SHOWN],
                 "IN_PROGRESS": None,
             },
             actor="director",
@@ -101,9 +102,9 @@ def plan_batch(self, batch_id: int) -> dict:
             lambda v: {
                 "LAST_ACTIVITY": blocks.now_iso(),
                 "IN_PROGRESS_PROJECT": f"batch {batch.id}: {batch.request}",
-                "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-KEEP:]
+                "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-blocks.KEEP :]
                 + [{"batch_id": batch.id, "request": batch.request}],
-                "QUEUED_VIDEOS": video_ids[:PENDING_SHOWN],
+                "QUEUED_VIDEOS": video_ids[: blocks.PENDING_SHOWN],
             },
             actor="director",
             session=session,
@@ -212,7 +213,7 @@ class Write:
 
     def work(self, run: StepRun, facts: VideoFacts) -> Written:
         brief = _brief(run.settings, facts, run.attempt, run.video_id)
-        draft = agents.backend(run.settings).writer.write(brief)
+        draft = agents.backend(run.settings, rank=promotion.ranker(run.settings)).writer.write(brief)
         checked = style_check.check(draft.prompt, Style.of(brief.user_style), StudioMeaning(run.settings))
         return Written(draft=draft, style_check=checked.as_json())
 
@@ -336,10 +337,10 @@ class Review:
                 lambda v: {
                     "FAILURE_PATTERNS_TO_AVOID": list(
                         dict.fromkeys(v["FAILURE_PATTERNS_TO_AVOID"] + verdict.failure_reasons)
-                    )[-KEEP:],
+                    )[-blocks.KEEP :],
                     "REFINEMENT_STRATEGIES": list(
                         dict.fromkeys(v["REFINEMENT_STRATEGIES"] + ([verdict.strategy] if verdict.strategy else []))
-                    )[-KEEP:],
+                    )[-blocks.KEEP :],
                 },
                 actor="cameraman",
                 session=session,
@@ -421,7 +422,7 @@ def consolidate(self) -> dict:
     recall.begin_run(settings, "director_sleeptime")
     since = blocks.versioned(settings, "session_state").field_updated_at.get("LAST_SESSION_SUMMARY")
     with session_scope(settings) as session:
-        stmt = sa.select(Video).where(Video.state.in_(list(states.TERMINAL))).order_by(Video.updated_at)
+        stmt = sa.select(Video).where(Video.state.in_(list(TERMINAL))).order_by(Video.updated_at)
         if since:
             stmt = stmt.where(Video.updated_at > sa.func.cast(since, sa.DateTime(timezone=True)))
         finished = session.scalars(stmt.limit(200)).all()
@@ -484,7 +485,7 @@ def resume_batch(self, batch_id: int) -> dict:
             prioritized(self.app, plan, priority).apply_async()
             return {"batch_id": batch_id, "resent": ["plan"]}
         unfinished = session.scalars(
-            sa.select(Video).where(Video.batch_id == batch_id, Video.state.in_(list(states.STEP_STATES)))
+            sa.select(Video).where(Video.batch_id == batch_id, Video.state.in_(list(STEP_STATES)))
         ).all()
         points = [resume_point(video) for video in unfinished]
         released = pacing.release(self.app.settings, session)  # waiting videos, as far as the GPUs need

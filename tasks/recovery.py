@@ -21,13 +21,13 @@ import sqlalchemy as sa
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.steps import BY_TASK, STEP_STATES, Step, StepPayload
 from mas.models import Batch, BatchStatus, Video
 from mas.names import Priority
-from mas.pipeline import leases, pacing, states
+from mas.pipeline import leases, pacing
 from mas.pipeline.chains import send_released, video_chain
 from mas.pipeline.production import batch_priority, send_plan
 from mas.pipeline.runner import resume_point
-from mas.pipeline.steps import BY_TASK, Step, StepPayload
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 
@@ -93,9 +93,7 @@ def _lost(settings: Settings, lost_before: datetime, *, unanswered: bool = False
             sa.select(Batch).where(Batch.status == BatchStatus.queued, Batch.created_at <= lost_before)
         ).all()
         unfinished = session.scalars(
-            sa.select(Video)
-            .join(Batch)
-            .where(Video.state.in_(list(states.STEP_STATES)), Batch.status == BatchStatus.running)
+            sa.select(Video).join(Batch).where(Video.state.in_(list(STEP_STATES)), Batch.status == BatchStatus.running)
         ).all()
         resend = [
             (*resume_point(video), batch_priority(video.batch))

@@ -14,8 +14,8 @@ import threading
 from celery.signals import worker_ready
 
 from mas import names
+from mas.domain.steps import STARTS
 from mas.pipeline import leases
-from mas.pipeline.steps import STARTS
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from mas.agents.offline import (
 )
 from mas.agents.reading import as_reply
 from mas.agents.roles import WriterBrief
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 
 MODEL = "gpt-4o-mini"
 EMBEDDING_DIM = 1536

@@ -9,7 +9,7 @@ from mas.learning.ab_design import offer, proposals_request
 from mas.agents.roles import Plan, PlannedVideo
 from mas.db import session_scope
 from mas.models import ABSelection, ABTest, TasteModel
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 from mas.learning.taste import Option, PairwiseTaste, features
 
 MOODS = ("serene", "epic", "melancholic", "whimsical", "gritty")

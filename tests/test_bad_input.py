@@ -171,7 +171,7 @@ def test_a_search_for_text_with_a_lone_surrogate_is_refused_clearly(studio):
 
 
 def test_quotes_series_and_variation_words_are_read_in_context(studio):
-    from mas.pipeline.requests import parse_request
+    from mas.domain.requests import parse_request
 
     settings = studio.settings
     ab = parse_request('Generate 3 variations of "the 3-part series of a fox"', settings)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mas.metrics import FIGURES
+from mas.reports.metrics import FIGURES
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = shutil.which("docker-compose")

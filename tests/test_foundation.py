@@ -200,7 +200,7 @@ def test_a_queue_gives_work_that_finishes_a_started_video_first(clean):
     levels are the Redis transport's priority lists (the same polling order serves a worker's BRPOP)."""
     from kombu import Queue
 
-    from mas.pipeline.steps import BY_NAME, FINISH, NEW, REFINE, message_priority
+    from mas.domain.steps import BY_NAME, FINISH, NEW, REFINE, message_priority
     from mas.runtime.app import app_for
 
     write, grade, review = BY_NAME["write"], BY_NAME["grade"], BY_NAME["review"]
@@ -286,7 +286,7 @@ def test_a_restarted_worker_and_recover_take_over_the_leases_of_holders_that_are
     assert leases.expire_unanswered(clean, answering={"gpu@a", "cpu@c"}) == {vids[2]}  # gpu@b is gone or cut off
     assert leases.running(clean) == {vids[1], vids[3]}
     # what `mas status` and `mas enqueue --wait` show meanwhile: the steps whose worker stopped beating
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     waiting = queries.waiting_on_recovery(clean)
     assert set(waiting) == set(vids)  # every heartbeat here is late (the dead ones and the aged live ones)
@@ -297,7 +297,7 @@ def test_an_agent_step_waits_out_a_server_that_is_away(settings):
     """A write or review whose model server is away is tried again every MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS
     for MAS_PEER_WAIT_SECONDS (not failed at once): run eagerly, each wait is one more run."""
     from mas.errors import PeerUnavailable
-    from mas.pipeline.steps import BY_NAME
+    from mas.domain.steps import BY_NAME
     from mas.runtime.app import AgentStepTask, Studio
 
     waiting = settings.model_copy(update={"peer_wait_seconds": 3, "agent_retry_backoff_max_seconds": 1})

@@ -47,7 +47,7 @@ from mas.errors import RetryableError
 from mas.memory import blocks as studio_blocks
 from mas.memory.blocks import SCHEMAS, BlockError, defaults
 from mas.models import Batch, BatchStatus
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 LETTA_VERSION = "0.16.8"

@@ -20,17 +20,17 @@ from pydantic import SecretStr
 
 from mas import db
 from mas.agents import style_check
-from mas.agents.meaning import StudioMeaning
-from mas.agents.style import Style
 from mas.agents.llm import LLMAgent, LLMReplyError, LLMUnavailable, llm_agents
 from mas.agents.llm.context import changing_memory, system_prompt
+from mas.agents.meaning import StudioMeaning
 from mas.agents.protocol import Question
 from mas.agents.replies import DraftReply
 from mas.agents.roles import WriterBrief
+from mas.agents.style import Style
 from mas.config import Settings
+from mas.domain.requests import ProductionRequest
 from mas.memory import blocks, recall
 from mas.models import Attempt, Batch, BatchStatus, VideoState
-from mas.pipeline.requests import ProductionRequest
 from tests.llm_faults import HANG, FaultyLLM
 from tests.llm_server import MODEL_NAME, LocalLLM, free_port, unavailable_reason
 
@@ -348,7 +348,7 @@ def _pick(settings: Settings, chosen: str, rejected: str, n: int) -> None:
 
 def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
     from mas import agents
-    from mas.learning.promotion import served, tune_taste
+    from mas.learning.promotion import ranker, served, tune_taste
     from mas.learning.taste import Option
 
     neon, pastoral = "a neon-lit cyberpunk alley at night, rain", "a sunny meadow with sheep, soft pastoral light"
@@ -363,7 +363,7 @@ def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
     reply = json.dumps({"candidates": [{"prompt": pastoral}, {"prompt": neon}]})
     with FaultyLLM([reply]) as llm:
         settings = _llm_settings(clean, llm.url, writer_candidates=2, llm_structured="json_schema")
-        draft = agents.backend(settings).writer.write(brief)
+        draft = agents.backend(settings, rank=ranker(settings)).writer.write(brief)
     assert draft.prompt == neon  # the model's first candidate lost to the user's taste
     schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["candidates"]["minItems"] == 2

@@ -24,9 +24,9 @@ import sqlalchemy as sa
 
 from mas import db, names
 from mas.gallery import server
-from mas.metrics import FIGURES
+from mas.reports.metrics import FIGURES
 from mas.models import AgentCall, Attempt, Video, VideoState, WebhookEvent
-from mas.pipeline.queries import gpu_summary
+from mas.reports.queries import gpu_summary
 from tests.studio import IsolatedStudio
 from tests.test_compose import dashboard_queries
 

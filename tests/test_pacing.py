@@ -12,7 +12,7 @@ from mas import db
 from mas.models import Batch, BatchStatus, Video, VideoState
 from mas.pipeline import control, pacing
 from mas.pipeline.production import new_batch
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 
 S = VideoState
 
@@ -126,7 +126,7 @@ def test_a_write_that_fails_for_good_lets_the_next_waiting_video_through_at_once
     from types import SimpleNamespace
 
     from mas.pipeline.outcomes import fail_on_error
-    from mas.pipeline.steps import BY_NAME
+    from mas.domain.steps import BY_NAME
     from mas.runtime.app import Studio
     from mas.pipeline import leases
     from tasks.recovery import live_work

@@ -176,7 +176,7 @@ def test_scheduled_batch_runs_exactly_once(studio):
     from multiprocessing import get_context
 
     from mas.pipeline.production import schedule
-    from mas.pipeline.requests import parse_request
+    from mas.domain.requests import parse_request
 
     later = schedule(studio.settings, parse_request("Create 2 videos of night trains", studio.settings),
                      run_at=datetime.now(timezone.utc) + timedelta(hours=6))
@@ -243,7 +243,7 @@ def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
     from datetime import datetime, timedelta, timezone
 
     from mas.pipeline.production import schedule
-    from mas.pipeline.requests import parse_request
+    from mas.domain.requests import parse_request
 
     studio.worker("cpu")
     studio.worker("gpu")

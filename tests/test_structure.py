@@ -93,20 +93,60 @@ def test_core_never_imports_tasks_or_gpu():
     assert not wrong, sorted(wrong)
 
 
-BASE = {f"mas.{name}" for name in ("config", "errors", "names", "locks", "singletons", "text", "redaction")}
+BASE = {f"mas.{name}" for name in ("config", "errors", "names", "locks", "singletons", "text", "redaction", "palette")}
+
+LAYERS: tuple[tuple[str, set[str]], ...] = (
+    ("base", BASE),
+    ("domain", {"mas.domain"}),
+    ("infrastructure", {f"mas.{name}" for name in ("runtime", "db", "models", "migrations", "storage", "video",
+                                                    "grading", "vram_plan")}),
+    ("data", {"mas.memory", "mas.events"}),
+    ("engine", {"mas.pipeline"}),
+    ("services", {f"mas.{name}" for name in ("agents", "learning", "reports", "webhooks", "api", "gallery", "cli")}),
+    ("entry points", {"mas", "tasks", "gpu", "beat_schedule"}),
+)
+"""The rooms from the bottom up (ARCHITECTURE.md): a room imports rooms of its own layer or below, never above."""
+
+
+def _room(module: str) -> str:
+    """The room a module lives in: its folder under mas/ (mas.pipeline), a top module of mas/, or its package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "mas" else parts[0]
+
+
+def _rooms() -> dict[str, set[str]]:
+    graph = _graph()
+    rooms: dict[str, set[str]] = {_room(name): set() for name in graph}
+    for name, targets in graph.items():
+        rooms[_room(name)] |= {_room(t) for t in targets} - {_room(name)}
+    return rooms
+
+
+def test_no_import_cycles_between_rooms():
+    """No folder imports a folder that imports it back (agents <-> learning, pipeline <-> runtime)."""
+    cycle = _cycle(_rooms())
+    assert cycle is None, "import cycle between rooms: " + " -> ".join(cycle or [])
+
+
+def test_every_room_has_a_layer_and_imports_downward():
+    layer = {room: i for i, (_, rooms) in enumerate(LAYERS) for room in rooms}
+    rooms = _rooms()
+    assert not set(rooms) - set(layer), f"rooms without a layer in LAYERS: {sorted(set(rooms) - set(layer))}"
+    wrong = {f"{room} ({LAYERS[layer[room]][0]}) imports {target} ({LAYERS[layer[target]][0]})"
+             for room, targets in rooms.items() for target in targets if layer[target] > layer[room]}
+    assert not wrong, sorted(wrong)
 
 
 def test_rooms_import_downward():
-    """The base imports only the base; the step table only the base and the models; nothing imports the CLI,
-    and only the CLI imports the gallery (`mas serve`)."""
+    """The base imports only the base; the domain only the base and itself; nothing imports the CLI, and only
+    the CLI imports the gallery (`mas serve`)."""
     graph = _graph()
     wrong = {f"{name} imports {target}" for name in BASE for target in graph[name] if target not in BASE}
-    wrong |= {f"mas.pipeline.steps imports {target}" for target in graph["mas.pipeline.steps"]
-              if target not in BASE | {"mas.models"}}
-    room = {name: ".".join(name.split(".")[:2]) for name in graph}
+    wrong |= {f"{name} imports {target}" for name, targets in graph.items() if _room(name) == "mas.domain"
+              for target in targets if target not in BASE and _room(target) != "mas.domain"}
     wrong |= {f"{name} imports {target}" for name, targets in graph.items() for target in targets
-              if room[target] != room[name] and (room[target] == "mas.cli"
-                                                 or (room[target] == "mas.gallery" and room[name] != "mas.cli"))}
+              if _room(target) != _room(name) and (_room(target) == "mas.cli"
+                                                   or (_room(target) == "mas.gallery" and _room(name) != "mas.cli"))}
     assert not wrong, sorted(wrong)
 
 

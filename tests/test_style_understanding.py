@@ -21,7 +21,7 @@ from mas.agents.replies import NoValidReply
 from mas.agents.roles import WriterBrief
 from mas.agents.style import Style, StyleItem
 from mas.config import Settings
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 
 
 class Scripted:

@@ -1,12 +1,21 @@
 """Agent backends behind the role interfaces of `mas.agents.roles`."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from mas.agents.roles import Agents
 from mas.config import Settings
 from mas.errors import InvalidSettings
 
+if TYPE_CHECKING:
+    from mas.agents.asking import Ranker
 
-def backend(settings: Settings) -> Agents:
-    """The agents configured by MAS_AGENT_BACKEND."""
+
+def backend(settings: Settings, *, rank: Ranker | None = None) -> Agents:
+    """The agents configured by MAS_AGENT_BACKEND. `rank` scores the Writer's candidate prompts by the user's
+    taste (`mas.learning.promotion.ranker`, which learning, a room above, hands down); without it the model's
+    first candidate wins."""
     if settings.agent_backend == "offline":
         from mas.agents.offline import (
             OfflineCameraman,
@@ -27,7 +36,6 @@ def backend(settings: Settings) -> Agents:
         return letta_agents(settings)
     if settings.agent_backend == "llm":
         from mas.agents.llm import llm_agents
-        from mas.learning import promotion as taste_promotion
 
-        return llm_agents(settings, rank=taste_promotion.ranker(settings))
+        return llm_agents(settings, rank=rank)
     raise InvalidSettings(f"unknown agent backend {settings.agent_backend!r}; use offline, letta or llm")

@@ -45,7 +45,7 @@ from mas.agents.roles import (
 )
 from mas.agents.style import Style
 from mas.agents.style_check import Meaning
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 
 log = logging.getLogger(__name__)
 

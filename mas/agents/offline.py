@@ -27,7 +27,7 @@ from mas.agents.roles import (
 )
 from mas.agents.style import Style, words_of
 from mas.config import grade_at_least
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 
 ANGLES = [
     "at dawn, low golden mist",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mas.agents.style import StyleItem
-from mas.pipeline.requests import ProductionRequest
+from mas.domain.requests import ProductionRequest
 
 
 @dataclass(frozen=True, kw_only=True)

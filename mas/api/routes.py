@@ -19,10 +19,10 @@ from mas.api.problems import Conflict, NotFound
 from mas.api.schemas import ABTestOut, BatchOut, BatchRequest, Pick, Submitted, VideoOut
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.requests import ProductionRequest, parse_request
 from mas.errors import InvalidInput
 from mas.models import ABTest, Batch, BatchStatus, Video
-from mas.pipeline import queries
-from mas.pipeline.requests import ProductionRequest, parse_request
+from mas.reports import queries
 
 router = APIRouter()
 MAX_ID = 2**31 - 1  # a larger id is simply not found

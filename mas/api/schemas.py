@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mas.models import ABTest, Attempt, Batch, Video
-from mas.pipeline.queries import Outcomes
+from mas.reports.queries import Outcomes
 
 
 class Strict(BaseModel):

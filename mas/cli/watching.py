@@ -28,7 +28,7 @@ FINISHED = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
 @click.pass_obj
 def status(settings: Settings, batch: int | None, follow: bool) -> None:
     """Show a batch's progress (default: the latest batch) and the gpu work waiting."""
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     ready(settings)
     if follow:
@@ -64,7 +64,7 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
 
 def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.0) -> None:
     """Show the batch live until it is done or cancelled, then its files."""
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     batch = _batch(settings, batch_id)
     told: dict[int, str] = {}
@@ -98,7 +98,7 @@ class BatchEnded(PermanentError):
 
 
 def _batch(settings: Settings, batch_id: int | None):
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     batch = queries.batch_overview(settings, batch_id)
     if batch is None:
@@ -111,7 +111,7 @@ def _batch(settings: Settings, batch_id: int | None):
 def _batch_view(batch, recovering: dict[int, str] | None = None) -> Group:
     """Header, progress bar and the videos (their files are printed whole after the table); a video whose
     step's worker stopped answering says so (`recovering`)."""
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     recovering = recovering or {}
     outcomes = queries.Outcomes.of(batch.videos)
@@ -138,7 +138,7 @@ def _batch_view(batch, recovering: dict[int, str] | None = None) -> Group:
 @click.pass_obj
 def videos(settings: Settings, batch: int | None, limit: int) -> None:
     """List finished and running videos with their grades and files."""
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     ready(settings)
     rows = queries.recent_videos(settings, batch=batch, limit=limit)

@@ -11,9 +11,9 @@ from mas.cli.context import ID, USER, console, ready
 from mas.cli.output import print_block
 from mas.cli.watching import follow_batch
 from mas.config import Settings
+from mas.domain.requests import MAX_VARIATIONS, ProductionRequest, parse_request
 from mas.errors import InvalidInput
 from mas.names import PRIORITIES
-from mas.pipeline.requests import MAX_VARIATIONS, ProductionRequest, parse_request
 
 PRIORITY = click.option(
     "--priority",
@@ -124,7 +124,7 @@ def ab(
 def pick(settings: Settings, test: int, label: str) -> None:
     """Choose the winning variation of A/B test TEST (label A, B, ...)."""
     from mas.learning import preferences
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     ready(settings)
     value = preferences.pick(settings, test, label)
@@ -150,7 +150,8 @@ def style(settings: Settings, feedback: str) -> None:
 @click.pass_obj
 def resume(settings: Settings, yes: bool) -> None:
     """Offer and restart the work a previous session left pending."""
-    from mas.pipeline import production, queries
+    from mas.pipeline import production
+    from mas.reports import queries
 
     ready(settings)
     pending = queries.pending_work(settings)
@@ -175,7 +176,7 @@ def schedule_group() -> None:
 @click.pass_obj
 def schedule_list(settings: Settings) -> None:
     """Show scheduled, sent and cancelled batches."""
-    from mas.pipeline import queries
+    from mas.reports import queries
 
     ready(settings)
     rows = queries.schedules(settings)

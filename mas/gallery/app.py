@@ -46,11 +46,11 @@ from mas.gallery.control import batch_action, pick_winner
 from mas.gallery.frames import strip_jpeg
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
-from mas.metrics import metrics
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
-from mas.pipeline import queries
-from mas.pipeline.queries import Outcomes
 from mas.pipeline.states import TERMINAL
+from mas.reports import queries
+from mas.reports.metrics import metrics
+from mas.reports.queries import Outcomes
 from mas.runtime.services import ServiceError
 from mas.storage import storage
 from mas.video import VideoUnreadable

@@ -40,9 +40,9 @@ import numpy as np
 
 from mas.agents.roles import Plan
 from mas.config import Settings
+from mas.domain.requests import MAX_VARIATIONS, ProductionRequest
 from mas.learning.promotion import load_picks, served
 from mas.learning.taste import Option, PairwiseTaste, Pick, features, softmax
-from mas.pipeline.requests import MAX_VARIATIONS, ProductionRequest
 
 log = logging.getLogger(__name__)
 

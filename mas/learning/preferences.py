@@ -15,7 +15,6 @@ from mas.learning.promotion import expect
 from mas.learning.taste import Option
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest, ABVariation, Attempt, Video, VideoState
-from mas.pipeline.outcomes import KEEP
 from mas.text import check_storable
 
 
@@ -122,8 +121,8 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
             settings,
             "ab_testing",
             lambda v: {
-                "USER_SELECTIONS": (v["USER_SELECTIONS"] + [selection])[-KEEP:],
-                "WINNING_PATTERNS": list(dict.fromkeys(v["WINNING_PATTERNS"] + [chosen.approach]))[-KEEP:],
+                "USER_SELECTIONS": (v["USER_SELECTIONS"] + [selection])[-blocks.KEEP :],
+                "WINNING_PATTERNS": list(dict.fromkeys(v["WINNING_PATTERNS"] + [chosen.approach]))[-blocks.KEEP :],
                 "ACTIVE_TEST": None if v["ACTIVE_TEST"] == str(test_id) else v["ACTIVE_TEST"],
             },
             actor="user",

@@ -33,6 +33,13 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+KEEP = 20
+"""The most recent entries a list field of a core block keeps; the full record is in PostgreSQL."""
+KEEP_FAILED = 10
+"""FAILED_RETRIES entries carry reasons, so fewer fit in the block."""
+PENDING_SHOWN = 50
+"""PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL and BATCH_COMPLETE count them all."""
+
 NO_ACTIVITY = "1970-01-01T00:00:00+00:00"
 """LAST_ACTIVITY before any activity: a fixed time, so a block no one has written reads the same every time."""
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from celery import chain
 from celery.canvas import Signature
 
+from mas.domain.steps import FIRST, Step, StepPayload, after, message_priority
 from mas.names import Priority
 from mas.pipeline import pacing
-from mas.pipeline.steps import FIRST, Step, StepPayload, after, message_priority
 from mas.runtime.app import prioritized
 
 

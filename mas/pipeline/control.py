@@ -12,13 +12,14 @@ import sqlalchemy as sa
 
 from mas import events, names
 from mas.db import session_scope
+from mas.domain.states import TERMINAL
+from mas.domain.steps import STARTS
 from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video
 from mas.pipeline import pacing, states
 from mas.pipeline.chains import send_released
 from mas.pipeline.outcomes import finish_video
-from mas.pipeline.steps import STARTS
 from mas.runtime.app import app_for
 
 CANCELLED = "cancelled by the user"
@@ -38,7 +39,7 @@ def cancel_batch(settings, batch_id: int) -> list[int]:
         batch.status = BatchStatus.cancelled
         batch.updated_at = sa.func.now()
         live = session.scalars(
-            sa.select(Video.id).where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
+            sa.select(Video.id).where(Video.batch_id == batch_id, Video.state.not_in(list(TERMINAL)))
         ).all()
         cancelled = [video_id for video_id in live if states.cancel(session, video_id, CANCELLED)]
         events.record(session, settings, type="batch.cancelled", batch=batch, data={"videos_cancelled": cancelled})

@@ -1,6 +1,6 @@
 """Step leases: which delivery of a step is running it, and whether it is still alive.
 
-A step (`mas.pipeline.steps`) of one attempt of one video claims a lease row before it does its
+A step (`mas.domain.steps`) of one attempt of one video claims a lease row before it does its
 work: a fresh token, a start time and a heartbeat that a thread of the running process renews. A second
 delivery of the same step (redelivery while a render is slow, `mas resume` or `mas recover` on a running
 batch, a second gpu worker) finds the live lease and leaves the work alone. A lease whose heartbeat stopped

@@ -15,6 +15,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from mas import events, names
 from mas.db import rows_changed, session_scope
+from mas.domain.states import TERMINAL
+from mas.domain.steps import StepPayload
 from mas.errors import PeerUnavailable
 from mas.memory import blocks
 from mas.models import (
@@ -29,7 +31,6 @@ from mas.models import (
 from mas.pipeline import pacing, states
 from mas.pipeline.chains import send_released
 from mas.pipeline.leases import LeaseHeld
-from mas.pipeline.steps import StepPayload
 from mas.redaction import redact_text
 
 log = logging.getLogger(__name__)
@@ -40,9 +41,6 @@ not the video's fault. The video is left as it is; its lease ends, and reconcile
 that keeps failing so is given up by its lease's claim count, with the reason). So is a step that kept finding
 its lease held (`LeaseHeld`). A database that stays away past its waiting (`StudioTask.database_retries`, about
 ten minutes) still fails the video with the reason."""
-KEEP = 20  # most recent entries kept in list fields of core blocks; the full record is in Postgres
-KEEP_FAILED = 10  # FAILED_RETRIES entries carry reasons, so fewer fit in the block
-PENDING_SHOWN = 50  # PENDING_VIDEOS lists the next videos of a batch; BATCH_TOTAL/COMPLETE count them all
 
 
 def pending_videos(session, batch_id: int) -> list[int]:
@@ -50,9 +48,9 @@ def pending_videos(session, batch_id: int) -> list[int]:
     return list(
         session.scalars(
             sa.select(Video.id)
-            .where(Video.batch_id == batch_id, Video.state.not_in(list(states.TERMINAL)))
+            .where(Video.batch_id == batch_id, Video.state.not_in(list(TERMINAL)))
             .order_by(Video.position)
-            .limit(PENDING_SHOWN)
+            .limit(blocks.PENDING_SHOWN)
         )
     )
 
@@ -138,10 +136,10 @@ def finish_video(settings, session, video_id: int) -> bool:
             change["BATCH_COMPLETE"] = v["BATCH_COMPLETE"] + 1
             change["PENDING_VIDEOS"] = pending_videos(session, batch.id)
         if video.state == S.accepted:
-            change["COMPLETED_TODAY"] = (v["COMPLETED_TODAY"] + [entry])[-KEEP:]
+            change["COMPLETED_TODAY"] = (v["COMPLETED_TODAY"] + [entry])[-blocks.KEEP :]
         else:
             reasons = [r[:100] for r in video.failure_reasons[-2:]]
-            change["FAILED_RETRIES"] = (v["FAILED_RETRIES"] + [{**entry, "reasons": reasons}])[-KEEP_FAILED:]
+            change["FAILED_RETRIES"] = (v["FAILED_RETRIES"] + [{**entry, "reasons": reasons}])[-blocks.KEEP_FAILED :]
         return change
 
     blocks.update(settings, "production_queue", queue, actor="cameraman", session=session)
@@ -175,7 +173,7 @@ def finish_video(settings, session, video_id: int) -> bool:
             sa.select(Video.state, sa.func.count()).where(Video.batch_id == batch.id).group_by(Video.state)
         )
     }
-    live = sum(count for state, count in counts.items() if state not in states.TERMINAL)
+    live = sum(count for state, count in counts.items() if state not in TERMINAL)
     if live == 0 and batch.status == BatchStatus.running:
         batch.status = BatchStatus.done
         batch.updated_at = sa.func.now()

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 
 from mas import locks, names
 from mas.config import Settings
+from mas.domain.steps import StepPayload
 from mas.models import Batch, BatchStatus, Video, VideoState
 from mas.names import Priority
-from mas.pipeline.steps import StepPayload
 
 S = VideoState
 AHEAD = frozenset({S.writing, S.rendering})

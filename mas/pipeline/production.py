@@ -14,11 +14,11 @@ import sqlalchemy as sa
 
 from mas import names
 from mas.db import rows_changed, session_scope
+from mas.domain.requests import ProductionRequest, RequestKind, parse_request
+from mas.domain.steps import STARTS
 from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
 from mas.names import Priority
-from mas.pipeline.requests import ProductionRequest, RequestKind, parse_request
-from mas.pipeline.steps import STARTS
 from mas.redaction import redact_url
 from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client

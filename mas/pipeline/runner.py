@@ -1,6 +1,6 @@
 """The one way a pipeline step runs: lease, guard, work outside any transaction, record, move on.
 
-Every step of `mas.pipeline.steps.STEPS` is a `StepBody` registered with `step_task`. The runner
+Every step of `mas.domain.steps.STEPS` is a `StepBody` registered with `step_task`. The runner
 
 1. claims the step's lease for (video, attempt, step) (`mas.pipeline.leases`): a second delivery of a running step
    leaves it alone; a step whose worker keeps dying is given up;
@@ -33,13 +33,14 @@ from sqlalchemy.orm import Session
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.states import TERMINAL
+from mas.domain.steps import BY_STATE, Step, StepPayload, order
 from mas.models import Video, VideoState
 from mas.names import Priority
 from mas.pipeline import leases, pacing, states
 from mas.pipeline.chains import send_released
 from mas.pipeline.leases import Lease
 from mas.pipeline.outcomes import fail_on_error, finish_video
-from mas.pipeline.steps import BY_STATE, Step, StepPayload, order
 from mas.runtime.app import AgentStepTask, GpuStepTask
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody) -> d
                 session, video.id, step.state, outcome.state, attempt=payload.attempt, **outcome.values
             ):
                 raise Ignore()
-            consolidation_due = outcome.state in states.TERMINAL and finish_video(run.settings, session, video.id)
+            consolidation_due = outcome.state in TERMINAL and finish_video(run.settings, session, video.id)
             released = pacing.release(settings, session) if pacing.leaves_ahead(step.state, outcome.state) else []
     if outcome.then is not None:
         outcome.then()
@@ -195,7 +196,7 @@ def _done_before(step: Step, video: Video | None, payload: StepPayload) -> bool:
     return (
         video is not None
         and video.attempt_count == payload.attempt
-        and video.state not in states.TERMINAL
+        and video.state not in TERMINAL
         and order(video.state) > order(step.state)
     )
 

@@ -11,21 +11,12 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from mas.db import rows_changed
+from mas.domain.states import TERMINAL, BatchStatus, VideoState
+from mas.domain.steps import ALLOWED
 from mas.errors import PermanentError
-from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
-from mas.pipeline.steps import BY_STATE, STEPS
+from mas.models import Attempt, Batch, Video
 
 S = VideoState
-TERMINAL = frozenset({S.accepted, S.failed, S.cancelled})
-STEP_STATES = frozenset(BY_STATE)
-"""Live states whose step is due or running (not `waiting`, whose write is not due yet, nor a final state)."""
-
-ALLOWED: dict[VideoState, frozenset[VideoState]] = {
-    **{step.state: frozenset({*step.leads_to, S.failed, S.cancelled}) for step in STEPS},
-    **{state: frozenset() for state in TERMINAL},
-    S.waiting: frozenset({S.writing, S.failed, S.cancelled}),
-}
-"""A live state goes where its step's success leads, or ends failed or cancelled; a final state goes nowhere."""
 
 
 class IllegalTransition(PermanentError, ValueError):

@@ -25,9 +25,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from mas import names
 from mas.config import Settings
+from mas.domain.steps import NEW, STEPS, Step
 from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
-from mas.pipeline.steps import NEW, STEPS, Step
 from mas.redaction import redact_logs
 from mas.runtime.broker import use_studio_transport
 from mas.runtime.clients import redis_client

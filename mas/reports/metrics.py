@@ -33,7 +33,7 @@ from mas import names
 from mas.config import Settings
 from mas.db import DatabaseUnavailable, session_scope
 from mas.models import AgentCall, Attempt, Video, VideoState, WebhookEvent
-from mas.pipeline.queries import gpu_summary
+from mas.reports.queries import gpu_summary
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 from mas.runtime.services import ServiceError

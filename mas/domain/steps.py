@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mas import names
+from mas.domain.states import TERMINAL, VideoState
 from mas.errors import InvalidInput
-from mas.models import VideoState
 
 S = VideoState
 StepName = Literal["write", "render", "grade", "review"]
@@ -86,6 +86,18 @@ FIRST = STEPS[0]
 BY_NAME: dict[str, Step] = {step.name: step for step in STEPS}
 BY_STATE: dict[VideoState, Step] = {step.state: step for step in STEPS}
 BY_TASK: dict[str, Step] = {step.task: step for step in STEPS}
+
+
+STEP_STATES = frozenset(BY_STATE)
+"""Live states whose step is due or running (not `waiting`, whose write is not due yet, nor a final state)."""
+
+ALLOWED: dict[VideoState, frozenset[VideoState]] = {
+    **{step.state: frozenset({*step.leads_to, S.failed, S.cancelled}) for step in STEPS},
+    **{state: frozenset() for state in TERMINAL},
+    S.waiting: frozenset({S.writing, S.failed, S.cancelled}),
+}
+"""The state machine: a live state goes where its step's success leads, or ends failed or cancelled; a final
+state goes nowhere."""
 
 
 def after(step: Step) -> tuple[Step, ...]:
