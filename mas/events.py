@@ -17,9 +17,11 @@ from sqlalchemy.orm import Session
 from mas.config import Settings
 from mas.models import Batch, WebhookEvent
 
-EventType = Literal["batch.done", "batch.failed", "batch.cancelled", "video.accepted", "video.failed", "ab.ready"]
+EventType = Literal[
+    "batch.done", "batch.failed", "batch.cancelled", "video.accepted", "video.failed", "video.cancelled", "ab.ready"
+]
 """What happened: a batch finished (all its videos final), failed (planning gave up) or was cancelled; a video
-was accepted or failed for good; an A/B test's variations are all finished and wait for a pick."""
+was accepted, failed for good or was cancelled; an A/B test's variations are all finished and wait for a pick."""
 
 
 def receivers(settings: Settings, batch: Batch) -> list[str]:

@@ -16,12 +16,12 @@ from mas.domain.states import TERMINAL
 from mas.domain.steps import STARTS
 from mas.errors import PermanentError
 from mas.memory import blocks
-from mas.models import Batch, BatchStatus, Video
-from mas.pipeline import pacing, states
+from mas.models import Batch, BatchStatus, Video, VideoState
+from mas.pipeline import ending, pacing
 from mas.pipeline.chains import send_released
-from mas.pipeline.outcomes import finish_video
 from mas.runtime.app import app_for
 
+S = VideoState
 CANCELLED = "cancelled by the user"
 OVER = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
 
@@ -41,7 +41,8 @@ def cancel_batch(settings, batch_id: int) -> list[int]:
         live = session.scalars(
             sa.select(Video.id).where(Video.batch_id == batch_id, Video.state.not_in(list(TERMINAL)))
         ).all()
-        cancelled = [video_id for video_id in live if states.cancel(session, video_id, CANCELLED)]
+        endings = {video_id: ending.give_up(settings, session, video_id, S.cancelled, CANCELLED) for video_id in live}
+        cancelled = [video_id for video_id, ended in endings.items() if ended is not None]
         events.record(session, settings, type="batch.cancelled", batch=batch, data={"videos_cancelled": cancelled})
         blocks.update(
             settings,
@@ -67,8 +68,10 @@ def cancel_batch(settings, batch_id: int) -> list[int]:
             actor="cli",
             session=session,
         )
-        released = pacing.release(settings, session)  # its places ahead of the GPUs go to other batches
-    send_released(app_for(settings), released)
+    app = app_for(settings)
+    for ended in endings.values():
+        if ended is not None:
+            ended.run(app)  # its places ahead of the GPUs go to other batches
     return cancelled
 
 
@@ -78,13 +81,10 @@ def cancel_video(settings, video_id: int) -> None:
         video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
         if video is None:
             raise NotChangeable(f"there is no video {video_id}; nothing changed")
-        if not states.cancel(session, video_id, CANCELLED):
+        ended = ending.give_up(settings, session, video_id, S.cancelled, CANCELLED)
+        if ended is None:
             raise NotChangeable(f"video {video_id} is already {video.state.value}; nothing changed")
-        due = finish_video(settings, session, video_id)
-        released = pacing.release(settings, session)
-    send_released(app_for(settings), released)
-    if due:
-        app_for(settings).send_task(names.CONSOLIDATE)
+    ended.run(app_for(settings))
 
 
 def pause_batch(settings, batch_id: int) -> None:

@@ -10,8 +10,9 @@ Every step of `mas.domain.steps.STEPS` is a `StepBody` registered with `step_tas
 3. runs the body's `work` (an agent's call, a render, a grading) with no transaction open;
 4. in a second short transaction, checks again (the video may have been cancelled meanwhile), lets the body
    write its result (`record`) and moves the video to the state the body chose, in the same commit; a final
-   state updates its batch, series and counters there too (`mas.pipeline.outcomes.finish_video`);
-5. after the commit, runs what the outcome asks for (send the next attempt) and a consolidation when due.
+   state is the video's end, handed to its listeners there too (`mas.pipeline.ending`);
+5. after the commit, runs what the outcome asks for (send the next attempt) and what the move left to send
+   (the videos let through to writing, a consolidation when due).
 
 A duplicate message finds the video further along at the same attempt and passes the payload on (the first
 delivery died after its commit, before its chain sent the next message); anything else (an older attempt, a
@@ -37,10 +38,11 @@ from mas.domain.states import TERMINAL
 from mas.domain.steps import BY_STATE, Step, StepPayload, order
 from mas.models import Video, VideoState
 from mas.names import Priority
-from mas.pipeline import leases, pacing, states
+from mas.pipeline import ending, leases, pacing, states
 from mas.pipeline.chains import send_released
+from mas.pipeline.ending import Ending
 from mas.pipeline.leases import Lease
-from mas.pipeline.outcomes import fail_on_error, finish_video
+from mas.pipeline.outcomes import fail_on_error
 from mas.runtime.app import AgentStepTask, GpuStepTask
 
 log = logging.getLogger(__name__)
@@ -159,23 +161,36 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody) -> d
                 log.info("%s: the video moved on meanwhile (cancelled or failed); nothing recorded", run.describe())
                 raise Ignore()
             outcome = body.record(run, session, video, result)
-            if not states.transition(
-                session, video.id, step.state, outcome.state, attempt=payload.attempt, **outcome.values
-            ):
+            moved = _move(run, session, outcome)
+            if moved is None:
                 raise Ignore()
-            consolidation_due = outcome.state in TERMINAL and finish_video(run.settings, session, video.id)
-            released = pacing.release(settings, session) if pacing.leaves_ahead(step.state, outcome.state) else []
     if outcome.then is not None:
         outcome.then()
-    send_released(task.app, released)
     if outcome.remember is not None:
         try:
             outcome.remember()
         except Exception as exc:  # the video has moved on; a missing recall line is not worth failing it for
             log.warning("%s: recall not written: %s", describe(step, payload), exc)
-    if consolidation_due:
-        task.app.send_task(names.CONSOLIDATE)
+    moved.run(task.app)  # after the recall line, which a consolidation it sends reads
     return payload.to_json()
+
+
+def _move(run: StepRun, session: Session, outcome: Outcome) -> Ending | None:
+    """Move the video where the step's outcome leads: to its next step (freeing its place ahead of the GPUs
+    when it leaves one) or to its end (`mas.pipeline.ending`); None when it had moved on."""
+    source, payload = run.step.state, run.payload
+    if outcome.state in TERMINAL:
+        return ending.end(
+            run.settings, session, payload.video_id, source, outcome.state, attempt=payload.attempt, **outcome.values
+        )
+    if not states.transition(
+        session, payload.video_id, source, outcome.state, attempt=payload.attempt, **outcome.values
+    ):
+        return None
+    if not pacing.leaves_ahead(source, outcome.state):
+        return Ending()
+    released = pacing.release(run.settings, session)
+    return Ending([lambda app: send_released(app, released)])
 
 
 def describe(step: Step, payload: StepPayload) -> str:
