@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db
+from mas.config import Settings
 from mas.runtime import services
 from mas.runtime.clients import redis_client
-from mas.config import Settings
 from tests.studio import CeleryWorker
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,9 +19,9 @@ from unittest import mock
 import sqlalchemy as sa
 
 from mas import db
-from mas.runtime import services
 from mas.config import Settings
 from mas.models import Batch, BatchStatus, Video
+from mas.runtime import services
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import random
 
-from mas.learning.ab_design import offer, proposals_request
 from mas.agents.roles import Plan, PlannedVideo
 from mas.db import session_scope
-from mas.models import ABSelection, ABTest, TasteModel
 from mas.domain.requests import ProductionRequest
+from mas.learning.ab_design import offer, proposals_request
 from mas.learning.taste import Option, PairwiseTaste, features
+from mas.models import ABSelection, ABTest, TasteModel
 
 MOODS = ("serene", "epic", "melancholic", "whimsical", "gritty")
 COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")

@@ -24,6 +24,7 @@ from tests.hosts import (
     redis_server_available,
     wait_for,
 )
+from tests.parts import need
 from tests.studio import ROOT
 from tests.three_hosts import CpuHost, ThreeHosts, clean_env
 
@@ -35,8 +36,7 @@ RECOVERY_LIMIT_S = 30  # each fault: the work it hit moves on within this (it to
 @pytest.fixture
 def hosts_ready():
     for reason in (namespaces_available(), redis_server_available(), postgres_available()):
-        if reason:
-            pytest.skip(reason)
+        need("HOSTS", reason)
 
 
 def test_a_batch_across_three_hosts_survives_a_broker_restart_a_network_cut_and_a_gpu_worker_killed(

@@ -10,10 +10,10 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from mas.runtime import services
 from mas.db import session_scope
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.memory.embeddings import get_embedder
+from mas.runtime import services
 
 PASSAGES = {
     "dragon": "A red dragon breathes fire over a burning castle at dusk.",

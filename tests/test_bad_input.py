@@ -19,9 +19,9 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db
-from mas.runtime.clients import redis_client
 from mas.errors import InvalidInput
 from mas.memory.archival import ArchivalMemory
+from mas.runtime.clients import redis_client
 from tests.studio import ROOT, IsolatedStudio
 
 

@@ -9,7 +9,6 @@ scaled down with them (lease heartbeat and expiry), as in the durable-steps test
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -22,12 +21,14 @@ from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
 from mas.video import check_video
 from tests import comfyui_real
 from tests.comfyui_real import NODE_MAP, RealComfyUI, Render, write_workflow
+from tests.parts import need
 from tests.studio import IsolatedStudio
 
-if not comfyui_real.available():
-    if os.environ.get("MAS_TEST_REQUIRE_COMFYUI") == "1":
-        raise RuntimeError("MAS_TEST_REQUIRE_COMFYUI=1 but no ComfyUI is built: run `bash scripts/comfyui-env.sh`")
-    pytest.skip("no real ComfyUI built here (bash scripts/comfyui-env.sh)", allow_module_level=True)
+need(
+    "COMFYUI",
+    None if comfyui_real.available() else "no real ComfyUI is built here (bash scripts/comfyui-env.sh)",
+    module=True,
+)
 
 SCALED = dict(MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="3")
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from mas.reports.metrics import FIGURES
+from tests.parts import need
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = shutil.which("docker-compose")
@@ -18,8 +19,7 @@ COMPOSE = shutil.which("docker-compose")
 
 @pytest.fixture
 def rendered(tmp_path) -> dict:
-    if COMPOSE is None:
-        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+    need("COMPOSE", None if COMPOSE else "docker-compose is not installed (apt-get install docker-compose)")
     shutil.copytree(ROOT / "compose", tmp_path / "compose")
     shutil.copy(ROOT / "compose" / "env.example", tmp_path / "compose" / ".env")
     result = subprocess.run(

@@ -110,10 +110,10 @@ def test_a_video_keeps_to_its_conversation_while_that_one_is_free(clean):
 
 
 def test_what_the_calls_cost_is_told_per_video_of_a_batch(clean):
-    from mas.pipeline.production import new_batch
-    from mas.reports.queries import agent_usage
     from mas.domain.requests import ProductionRequest
     from mas.models import Video
+    from mas.pipeline.production import new_batch
+    from mas.reports.queries import agent_usage
 
     request = ProductionRequest(text="Create 2 videos of owls", kind="batch", count=2, theme="owls")
     with db.session_scope(clean) as session:

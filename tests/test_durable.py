@@ -7,8 +7,8 @@ keeps executing a prompt whose client died, as the real server does, and counts 
 from __future__ import annotations
 
 import json
-import tempfile
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,8 +106,8 @@ def studio_renders(studio: IsolatedStudio) -> int:
 
 def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_dir):
     """While a batch renders: the same render delivered twice at once, `mas recover` and `mas resume`."""
-    from mas.runtime.app import Studio
     from mas import names
+    from mas.runtime.app import Studio
 
     with _stand_in(data_dir, render_seconds=2.0) as server:
         with IsolatedStudio(data_dir / "studio", **_comfyui_env(server, data_dir)) as studio:

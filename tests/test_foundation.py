@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from mas import db
-from mas.pipeline import states
 from mas.config import Settings, redact_url
 from mas.models import Batch, Video, VideoState
+from mas.pipeline import states
 
 
 def test_settings_defaults_and_env(monkeypatch, tmp_path):
@@ -296,8 +296,8 @@ def test_a_restarted_worker_and_recover_take_over_the_leases_of_holders_that_are
 def test_an_agent_step_waits_out_a_server_that_is_away(settings):
     """A write or review whose model server is away is tried again every MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS
     for MAS_PEER_WAIT_SECONDS (not failed at once): run eagerly, each wait is one more run."""
-    from mas.errors import PeerUnavailable
     from mas.domain.steps import BY_NAME
+    from mas.errors import PeerUnavailable
     from mas.runtime.app import AgentStepTask, Studio
 
     waiting = settings.model_copy(update={"peer_wait_seconds": 3, "agent_retry_backoff_max_seconds": 1})

@@ -17,9 +17,9 @@ from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from mas.cli import main
+from mas.config import is_loopback
 from mas.db import session_scope
 from mas.gallery import GalleryError, create_app, serve, server
-from mas.config import is_loopback
 from mas.gallery.frames import FRAME_HEIGHT, STRIP_FRAMES, _strip
 from mas.memory import blocks
 from mas.models import (

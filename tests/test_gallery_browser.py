@@ -22,6 +22,7 @@ from mas.db import session_scope
 from mas.gallery import server
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Batch, Video
+from tests.parts import need
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -30,8 +31,10 @@ FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian's chromium is not installed: apt-get install -y chromium"
+need(
+    "CHROMIUM",
+    None if CHROMIUM.exists() else "Debian's chromium is not installed: apt-get install -y chromium",
+    module=True,
 )
 
 

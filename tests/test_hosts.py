@@ -22,15 +22,13 @@ from tests.hosts import (
     redis_server_available,
     wait_for,
 )
+from tests.parts import need
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = [
-    pytest.mark.skipif(bool(reason := namespaces_available()), reason=str(reason)),
-    pytest.mark.skipif(bool(reason := redis_server_available()), reason=str(reason)),
-    pytest.mark.skipif(bool(reason := postgres_available()), reason=str(reason)),
-    pytest.mark.timeout(120),
-]
+for reason in (namespaces_available(), redis_server_available(), postgres_available()):
+    need("HOSTS", reason, module=True)
+pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")

@@ -28,26 +28,27 @@ from types import SimpleNamespace
 import pytest
 from pydantic import SecretStr
 
+from mas import db
 from mas.agents import letta as backend
-from mas.agents.letta import maintenance as maint
 from mas.agents import protocol
+from mas.agents.letta import maintenance as maint
 from mas.agents.letta import prompts
 from mas.agents.letta.replies import reply_candidates
-from mas.agents.replies import parse_json_object
 from mas.agents.offline import (
     OfflineCameraman,
     OfflineConsolidator,
     OfflineDirector,
     OfflineWriter,
 )
-from mas import db
 from mas.agents.reading import as_reply
+from mas.agents.replies import parse_json_object
 from mas.agents.roles import WriterBrief
+from mas.domain.requests import ProductionRequest
 from mas.errors import RetryableError
 from mas.memory import blocks as studio_blocks
 from mas.memory.blocks import SCHEMAS, BlockError, defaults
 from mas.models import Batch, BatchStatus
-from mas.domain.requests import ProductionRequest
+from tests.parts import need
 
 ROOT = Path(__file__).resolve().parents[1]
 LETTA_VERSION = "0.16.8"
@@ -242,9 +243,7 @@ def _skip_reason() -> str | None:
 
 def _unavailable(reason: str):
     """Skip with the reason; fail instead where MAS_TEST_REQUIRE_LETTA is set (CI, after the setup script)."""
-    if os.environ.get("MAS_TEST_REQUIRE_LETTA"):
-        pytest.fail(f"MAS_TEST_REQUIRE_LETTA is set but {reason}")
-    pytest.skip(reason)
+    need("LETTA", reason)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ every reply it validated is written to `.test-artifacts/llm-exchanges.md` for a 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -33,17 +32,14 @@ from mas.memory import blocks, recall
 from mas.models import Attempt, Batch, BatchStatus, VideoState
 from tests.llm_faults import HANG, FaultyLLM
 from tests.llm_server import MODEL_NAME, LocalLLM, free_port, unavailable_reason
+from tests.parts import need
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / ".test-artifacts"
 
 
 def _need_server() -> None:
-    reason = unavailable_reason()
-    if reason:
-        if os.environ.get("MAS_TEST_REQUIRE_LLM") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    need("LLM", unavailable_reason())
 
 
 @pytest.fixture(scope="module")

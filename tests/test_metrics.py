@@ -24,9 +24,10 @@ import sqlalchemy as sa
 
 from mas import db, names
 from mas.gallery import server
-from mas.reports.metrics import FIGURES
 from mas.models import AgentCall, Attempt, Video, VideoState, WebhookEvent
+from mas.reports.metrics import FIGURES
 from mas.reports.queries import gpu_summary
+from tests.parts import need
 from tests.studio import IsolatedStudio
 from tests.test_compose import dashboard_queries
 
@@ -34,8 +35,10 @@ PROMETHEUS = shutil.which("prometheus")
 USER, PASSWORD = "scraper", "not-a-real-secret"
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="the prometheus server is not installed: apt-get install -y prometheus"
+need(
+    "PROMETHEUS",
+    None if PROMETHEUS else "the prometheus server is not installed: apt-get install -y prometheus",
+    module=True,
 )
 
 

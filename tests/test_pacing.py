@@ -9,10 +9,10 @@ import time
 import sqlalchemy as sa
 
 from mas import db
+from mas.domain.requests import ProductionRequest
 from mas.models import Batch, BatchStatus, Video, VideoState
 from mas.pipeline import control, pacing
 from mas.pipeline.production import new_batch
-from mas.domain.requests import ProductionRequest
 
 S = VideoState
 
@@ -89,7 +89,7 @@ def test_a_batch_larger_than_the_write_ahead_never_runs_ahead_of_the_gpus(clean,
     videos written or being written and not yet rendered after every change of a video, as it happens.
     A refinement (a later attempt) is never held back: it counts, so no new video is let through while it is
     ahead, but it may itself take the count past the limit; first attempts never do."""
-    from tests.test_use_cases import enqueue, wait_batch, videos_of
+    from tests.test_use_cases import enqueue, videos_of, wait_batch
 
     engine = db.ready_engine(clean)
     with engine.begin() as conn:
@@ -125,10 +125,10 @@ def test_a_write_that_fails_for_good_lets_the_next_waiting_video_through_at_once
     reconcile)."""
     from types import SimpleNamespace
 
-    from mas.pipeline.outcomes import fail_on_error
     from mas.domain.steps import BY_NAME
-    from mas.runtime.app import Studio
     from mas.pipeline import leases
+    from mas.pipeline.outcomes import fail_on_error
+    from mas.runtime.app import Studio
     from tasks.recovery import live_work
 
     settings = clean.model_copy(update={"write_ahead": 1})

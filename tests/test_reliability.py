@@ -16,10 +16,10 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db
-from mas.runtime import services
-from mas.runtime.clients import redis_client
 from mas.memory import blocks
 from mas.models import ArchivalPassage, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
+from mas.runtime import services
+from mas.runtime.clients import redis_client
 from tests.studio import IsolatedStudio
 
 FINAL = (VideoState.accepted, VideoState.failed)
@@ -124,9 +124,8 @@ def test_redis_restarted_mid_batch_workers_survive(studio):
 def test_task_that_kills_its_worker_is_quarantined(studio):
     studio.worker_args = ["--include", "tests.crashing_tasks"]
     cpu = studio.worker("cpu")
-    from tests.crashing_tasks import CRASH_TASK
-
     from mas.runtime.app import Studio
+    from tests.crashing_tasks import CRASH_TASK
 
     app = Studio(studio.settings)
     result = app.send_task(CRASH_TASK)
@@ -146,10 +145,9 @@ def test_gpu_worker_goes_on_after_failure_handlers_that_fail(studio):
     no more work until it was restarted; `mas.runtime.threads`.)"""
     studio.worker_args = ["--include", "tests.crashing_tasks"]
     gpu = studio.worker("gpu")
-    from tests.crashing_tasks import FAIL_TWICE_TASK
-
     from mas import names
     from mas.runtime.app import Studio
+    from tests.crashing_tasks import FAIL_TWICE_TASK
 
     app = Studio(studio.settings)
     failing = [app.send_task(FAIL_TWICE_TASK) for _ in range(2 * (1 + studio.settings.gpu_lookahead))]
@@ -175,8 +173,8 @@ def test_scheduled_batch_runs_exactly_once(studio):
     from datetime import datetime, timedelta, timezone
     from multiprocessing import get_context
 
-    from mas.pipeline.production import schedule
     from mas.domain.requests import parse_request
+    from mas.pipeline.production import schedule
 
     later = schedule(studio.settings, parse_request("Create 2 videos of night trains", studio.settings),
                      run_at=datetime.now(timezone.utc) + timedelta(hours=6))
@@ -242,8 +240,8 @@ def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
     import time
     from datetime import datetime, timedelta, timezone
 
-    from mas.pipeline.production import schedule
     from mas.domain.requests import parse_request
+    from mas.pipeline.production import schedule
 
     studio.worker("cpu")
     studio.worker("gpu")

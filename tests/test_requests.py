@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from mas import db
 from mas.cli import main
 from mas.config import Settings
+from mas.domain.requests import MAX_VARIATIONS, ProductionRequest, RequestError, parse_request
 from mas.models import Batch, Schedule
 from mas.pipeline.production import request_of, run_due_schedules, schedule
-from mas.domain.requests import MAX_VARIATIONS, ProductionRequest, RequestError, parse_request
 
 
 def run_cli(*args: str):

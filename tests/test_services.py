@@ -23,9 +23,9 @@ import redis
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from mas.runtime import services
 from mas.cli import main
 from mas.config import Settings
+from mas.runtime import services
 
 ROOT = Path(__file__).resolve().parents[1]
 UNREACHABLE_DB = "postgresql://nobody@127.0.0.1:1/nodb"

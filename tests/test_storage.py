@@ -12,6 +12,7 @@ from mas import db
 from mas.config import Settings
 from mas.storage import FolderStorage, StorageRefused, local_copy, storage, video_key
 from tests.hosts import S3Server
+from tests.parts import need
 
 
 def test_the_folder_storage_keeps_videos_under_its_folder_and_nothing_outside_it(tmp_path):
@@ -36,7 +37,7 @@ def s3(tmp_path_factory):
         server = S3Server(tmp_path_factory.mktemp("s3"))
         server.__enter__()
     except RuntimeError as exc:
-        pytest.skip(f"no S3-compatible server: {exc}")
+        need("S3", f"no S3-compatible server: {exc}")
     yield server
     server.__exit__(None, None, None)
 

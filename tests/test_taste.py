@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from mas.db import session_scope
+from mas.learning.promotion import expect, served, tune_taste
+from mas.learning.taste import Option
 from mas.memory import blocks
 from mas.models import ABSelection, ABTest
-from mas.learning.taste import Option
-from mas.learning.promotion import expect, served, tune_taste
 
 COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")
 CONCEPTS = ("a dragon", "a lighthouse", "a glacier", "a night market", "a comet", "a golem")
@@ -91,8 +91,8 @@ def test_a_new_version_follows_picks_since_the_served_one_and_a_tune_with_none_c
 def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(clean):
     """The rule itself, on real fits: picks the serving version predicts well, a candidate that learned the
     reverse (its predictions on those picks are what cross-validation would give a version that got worse)."""
-    from mas.learning.taste import fit
     from mas.learning.promotion import judge, load_picks
+    from mas.learning.taste import fit
 
     liked, turned = clean.for_user("gwen"), clean.for_user("hal")
     _pick_rows(liked, favourite="purple", count=24, seed=7)
@@ -222,8 +222,8 @@ def test_a_taste_learns_which_colours_go_with_which_moods_which_no_sum_of_phrase
 def test_a_taste_stored_with_an_interaction_over_other_phrase_features_reads_as_the_default():
     """A taste stored before the interaction read each phrase's own bucket (its latents had another length)
     cannot be read with today's interaction: the default serves until the next tune refits it."""
-    from mas.models import EMBEDDING_DIM
     from mas.learning.taste import FEATURES, PHRASE_BUCKETS, PairwiseTaste
+    from mas.models import EMBEDDING_DIM
 
     stored = PairwiseTaste(weights=np.ones(len(FEATURES)), latents=np.ones(PHRASE_BUCKETS), pairs=4).to_json()
     assert not PairwiseTaste.from_json(stored).is_default

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.hosts import free_port, redis_server_available, wait_for
+from tests.parts import need
 from tests.studio import ROOT, IsolatedStudio
 
 
@@ -35,10 +36,8 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
 
 @pytest.fixture
 def tls_redis(tmp_path):
-    if reason := redis_server_available():
-        pytest.skip(reason)
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make certificates")
+    need("TLS", redis_server_available())
+    need("TLS", None if shutil.which("openssl") else "no openssl to make certificates")
     ca, cert, key = _certificates(tmp_path)
     port, password = free_port("127.0.0.1"), secrets.token_hex(12)
     proc = subprocess.Popen(

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from gpu.dqa import DQAGrader
-from gpu.residency import Residency
 from gpu.preference_model import METADATA_FILE, PROMPT_TEMPLATE, PreferenceModel, PreferencePair, promoted_adapter
+from gpu.residency import Residency
 from gpu.tuner import TunerConfig, load_pairs, split_heldout, tune
 from mas.db import session_scope
 from mas.models import ABSelection, ABTest, TasteModel, TrainedAdapter

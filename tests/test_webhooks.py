@@ -239,8 +239,8 @@ def test_a_receiver_that_stays_down_backs_off_and_fails_while_its_batch_finishes
     """A batch whose own receiver (`notify_url`) refuses every connection: the batch finishes as any other
     while a deliverer keeps trying; each event waits longer after each failure (2 s, then 4 s, less jitter),
     the batch's later events wait for the earlier ones, and each is given up after MAS_WEBHOOK_MAX_ATTEMPTS."""
-    from mas.pipeline import production
     from mas.domain.requests import parse_request
+    from mas.pipeline import production
 
     settings = _with_webhooks(clean, webhook_max_attempts=3)
     down = _refused_url()
