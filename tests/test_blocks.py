@@ -1,5 +1,6 @@
 """Core memory blocks on real Postgres: defaults, atomic versioned updates, history, caps, schema."""
 
+import json
 import multiprocessing as mp
 
 import pytest
@@ -90,3 +91,17 @@ def test_concurrent_writers_lose_nothing(clean, studio_env):
     assert block.value["BATCH_COMPLETE"] == procs * n
     changes = blocks.history(clean, "production_queue", limit=10_000)
     assert sum(c.field == "BATCH_COMPLETE" for c in changes) == procs * n
+
+
+def test_a_long_history_of_feedback_stays_within_the_blocks_cap(clean):
+    from mas.learning.preferences import learn_style
+    from mas.memory import blocks
+
+    colours = ["red", "blue", "green", "purple", "teal", "gold", "crimson", "navy", "amber", "violet"]
+    for n in range(30):
+        said = f"I love {colours[n % 10]} and slow shots" if n // 10 != 1 else f"no {colours[n % 10]} please"
+        learn_style(clean, said)  # each colour liked, then ruled out, then liked again
+    stored = blocks.read(clean, "user_style")
+    assert ("violet", "liked") in {(i["words"], i["polarity"]) for i in stored["ITEMS"]}
+    assert stored["ITEMS"][-1]["feedback"] == "I love violet and slow shots" and stored["ITEM_HISTORY"]
+    assert len(json.dumps(stored)) <= clean.core_block_max_chars

@@ -17,7 +17,6 @@ from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from mas.cli import main
-from mas.config import is_loopback
 from mas.db import session_scope
 from mas.gallery import GalleryError, create_app, serve, server
 from mas.gallery.frames import FRAME_HEIGHT, STRIP_FRAMES, _strip
@@ -364,12 +363,6 @@ def test_serving_beyond_loopback_requires_credentials(settings):
             serve(settings, host=host, port=0)  # refused before anything binds
     guarded = settings.model_copy(update={"gallery_user": "ana", "gallery_password": SecretStr("pw")})
     assert server(guarded, host="0.0.0.0", port=0).config.host == "0.0.0.0"
-
-
-@pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("localhost", True), ("::1", True),
-                                           ("127.0.0.2", True), ("0.0.0.0", False), ("example.com", False)])
-def test_is_loopback(host, loopback):
-    assert is_loopback(host) is loopback
 
 
 def test_a_loopback_server_answers_only_to_loopback_host_names(settings, studio):

@@ -43,15 +43,6 @@ def _broken(summary: str, evicted: Sequence[recall.Message]) -> str:
     raise ConnectionError("summarizer unreachable")
 
 
-def test_agents_and_sleeptime():
-    assert len(recall.AGENTS) == 6
-    assert [a for a in recall.AGENTS if recall.is_sleeptime(a)] == [
-        "director_sleeptime", "writer_sleeptime", "cameraman_sleeptime"
-    ]
-    with pytest.raises(ValueError, match="unknown agent 'editor'"):
-        recall.is_sleeptime("editor")
-
-
 def test_unknown_agent_is_refused_and_nothing_is_written(clean):
     for call in (
         lambda: recall.append(clean, "editor", role="user", content="hi"),

@@ -8,8 +8,6 @@ a stand-in for a model's transport, not a model.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from mas.agents import style_check, style_reader
@@ -270,20 +268,6 @@ def test_the_reply_text_is_stored_as_the_model_meant_it_not_html_escaped():
         Scripted({"prompt": "a dragon &amp; a knight at dusk, violet and cobalt sky, brooding shadowy light"})
     )
     assert draft.write(_brief()).prompt == "a dragon & a knight at dusk, violet and cobalt sky, brooding shadowy light"
-
-
-def test_a_long_history_of_feedback_stays_within_the_blocks_cap(clean):
-    from mas.learning.preferences import learn_style
-    from mas.memory import blocks
-
-    colours = ["red", "blue", "green", "purple", "teal", "gold", "crimson", "navy", "amber", "violet"]
-    for n in range(30):
-        said = f"I love {colours[n % 10]} and slow shots" if n // 10 != 1 else f"no {colours[n % 10]} please"
-        learn_style(clean, said)  # each colour liked, then ruled out, then liked again
-    stored = blocks.read(clean, "user_style")
-    assert ("violet", "liked") in {(i["words"], i["polarity"]) for i in stored["ITEMS"]}
-    assert stored["ITEMS"][-1]["feedback"] == "I love violet and slow shots" and stored["ITEM_HISTORY"]
-    assert len(json.dumps(stored)) <= clean.core_block_max_chars
 
 
 def test_the_feedback_handed_back_as_an_item_is_not_a_reading():

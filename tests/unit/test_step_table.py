@@ -1,0 +1,127 @@
+"""The step table (`mas.domain.steps`) agrees with everything named after it: the StepName literal, the states
+enum, the task names and their packages, the Celery routes, pacing, and the state machine derived from it.
+A new step that misses one of these fails here. Pure code: no server."""
+
+from __future__ import annotations
+
+import importlib
+from typing import get_args
+
+import pytest
+
+from mas import names
+from mas.config import Settings
+from mas.domain.states import TERMINAL, BatchStatus, VideoState
+from mas.domain.steps import (
+    ALLOWED,
+    BY_STATE,
+    FINISH,
+    NEW,
+    REFINE,
+    STEP_STATES,
+    STEPS,
+    StepName,
+    StepPayload,
+    after,
+    message_priority,
+    order,
+)
+from mas.errors import InvalidInput
+from mas.pipeline import pacing
+from mas.runtime.app import celery_config
+
+S = VideoState
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    return lambda **values: celery_config(Settings(**values))
+
+
+def test_the_literal_the_enum_and_the_table_name_the_same_steps():
+    assert list(get_args(StepName)) == [step.name for step in STEPS]
+    assert [step.state for step in STEPS] == [S.writing, S.rendering, S.grading, S.reviewing]
+    assert set(VideoState) == {S.waiting, *STEP_STATES, *TERMINAL}
+    assert len({step.task for step in STEPS}) == len(STEPS) and len({step.state for step in STEPS}) == len(STEPS)
+
+
+@pytest.mark.parametrize("step", STEPS, ids=lambda step: step.name)
+def test_each_steps_task_is_a_named_task_of_a_registered_package(step):
+    assert step.task in vars(names).values()
+    package = step.task.rsplit(".", 1)[0]
+    assert package in names.TASK_PACKAGES
+    assert importlib.util.find_spec(package) is not None
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_the_routes_send_each_step_to_its_queue(config, grouped):
+    routes = config(gpu_grouping=grouped)["task_routes"]
+    for step in STEPS:
+        expected = names.GPU_QUEUE if step.queue == names.GRADE_QUEUE and not grouped else step.queue
+        assert routes[step.task] == {"queue": expected}, step.name
+
+
+@pytest.mark.parametrize("state", list(VideoState), ids=lambda state: state.value)
+def test_the_state_machine_has_every_state_and_every_live_one_can_end(state):
+    targets = ALLOWED[state]
+    if state in TERMINAL:
+        assert targets == frozenset()
+    else:
+        assert {S.failed, S.cancelled} <= targets
+        assert all(t in ALLOWED for t in targets)
+
+
+@pytest.mark.parametrize("step", STEPS, ids=lambda step: step.name)
+def test_a_step_leads_where_the_machine_allows_and_to_a_later_state_or_an_end(step):
+    assert set(step.leads_to) <= ALLOWED[step.state]
+    usual = step.leads_to[0]
+    assert usual in TERMINAL or order(usual) > order(step.state)
+    assert BY_STATE[step.state] is step
+
+
+def test_after_and_order_follow_the_table():
+    assert [s.name for s in after(STEPS[0])] == ["render", "grade", "review"]
+    assert after(STEPS[-1]) == ()
+    assert order(S.waiting) == -1 and [order(step.state) for step in STEPS] == [0, 1, 2, 3]
+
+
+def test_pacing_counts_only_live_step_states_ahead_of_the_gpus():
+    assert pacing.AHEAD <= STEP_STATES
+    assert pacing.leaves_ahead(S.rendering, S.grading) and not pacing.leaves_ahead(S.writing, S.rendering)
+    assert pacing.first_state("high") == S.writing and pacing.first_state("normal") == S.waiting
+
+
+@pytest.mark.parametrize(
+    ("name", "attempt", "grouped", "expected"),
+    [
+        ("write", 1, False, NEW),
+        ("write", 2, False, REFINE),
+        ("render", 1, False, NEW),
+        ("grade", 1, False, FINISH),
+        ("grade", 1, True, NEW),  # grouped with the renders, it keeps their level
+        ("review", 3, True, FINISH),
+    ],
+)
+def test_finishing_comes_before_refining_before_new_work(name, attempt, grouped, expected):
+    step = next(s for s in STEPS if s.name == name)
+    assert message_priority(step, attempt, grouped=grouped) == expected
+    assert FINISH < REFINE < NEW
+
+
+@pytest.mark.parametrize(
+    "message", [([{"video_id": 1, "attempt": 2}], {}), ((), {"payload": {"video_id": 1, "attempt": 2}})]
+)
+def test_a_payload_is_read_from_a_message_either_way(message):
+    assert StepPayload.of_message(*message) == StepPayload(video_id=1, attempt=2)
+
+
+@pytest.mark.parametrize("bad", [None, {}, {"video_id": "1", "attempt": 1}, [1, 2], {"video_id": 1}])
+def test_a_payload_that_names_no_attempt_of_a_video_is_refused(bad):
+    with pytest.raises(InvalidInput):
+        StepPayload.from_json(bad)
+    assert StepPayload.of_message([bad], {}) is None
+
+
+def test_a_batch_ends_in_one_of_three_ways():
+    assert {BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled} < set(BatchStatus)
