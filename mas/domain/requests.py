@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from mas.config import Settings
 from mas.errors import InvalidInput
@@ -135,7 +135,7 @@ class ProductionRequest:
         _check_count(variations, settings)
         return cls(kind="ab", count=variations, theme=concept, text=f'Generate {variations} variations of "{concept}"')
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The request as stored (a batch's or a schedule's `spec`)."""
         return asdict(self)
 

@@ -40,6 +40,7 @@ from mas.api import create_api
 from mas.api.health import healthz, readyz
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
+from mas.domain.states import TERMINAL
 from mas.errors import InvalidInput, InvalidSettings
 from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
 from mas.gallery.control import batch_action, pick_winner
@@ -47,7 +48,6 @@ from mas.gallery.frames import strip_jpeg
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
-from mas.pipeline.states import TERMINAL
 from mas.reports import queries
 from mas.reports.metrics import metrics
 from mas.reports.queries import Outcomes

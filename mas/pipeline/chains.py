@@ -6,7 +6,7 @@ control and the failure handler, none of which may import the others.
 
 from __future__ import annotations
 
-from celery import chain
+from celery import Celery, chain
 from celery.canvas import Signature
 
 from mas.domain.steps import FIRST, Step, StepPayload, after, message_priority
@@ -15,7 +15,7 @@ from mas.pipeline import pacing
 from mas.runtime.app import prioritized
 
 
-def video_chain(app, payload: StepPayload, *, start: Step, priority: Priority):
+def video_chain(app: Celery, payload: StepPayload, *, start: Step, priority: Priority) -> Signature:
     """The chain of one attempt of one video from `start` on. Each step hands the next the payload it was
     given. High-priority work goes to the urgent queues, first come, first served; other work waits in its
     queue by `message_priority` (finish what is started first)."""
@@ -29,7 +29,7 @@ def video_chain(app, payload: StepPayload, *, start: Step, priority: Priority):
     return chain(*links)
 
 
-def send_released(app, released: pacing.Released) -> None:
+def send_released(app: Celery, released: pacing.Released) -> None:
     """Start the videos `pacing.release` let through (after the transaction that moved them commits)."""
     for payload, priority in released:
         video_chain(app, payload, start=FIRST, priority=priority).apply_async()

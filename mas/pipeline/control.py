@@ -9,8 +9,10 @@ starting; the steps already running finish. Continuing re-sends each unfinished 
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from mas import events, names
+from mas.config import Settings
 from mas.db import session_scope
 from mas.domain.states import TERMINAL
 from mas.domain.steps import STARTS
@@ -30,7 +32,7 @@ class NotChangeable(PermanentError):
     """The batch or video does not exist, or is in no state for this change; nothing was changed."""
 
 
-def cancel_batch(settings, batch_id: int) -> list[int]:
+def cancel_batch(settings: Settings, batch_id: int) -> list[int]:
     """Cancel a batch and every unfinished video of it; the ids of the videos cancelled."""
     with session_scope(settings) as session:
         batch = _batch(session, batch_id)
@@ -75,7 +77,7 @@ def cancel_batch(settings, batch_id: int) -> list[int]:
     return cancelled
 
 
-def cancel_video(settings, video_id: int) -> None:
+def cancel_video(settings: Settings, video_id: int) -> None:
     """Cancel one video; its batch goes on (and is done when this was its last unfinished video)."""
     with session_scope(settings) as session:
         video = session.execute(sa.select(Video).where(Video.id == video_id).with_for_update()).scalar_one_or_none()
@@ -87,7 +89,7 @@ def cancel_video(settings, video_id: int) -> None:
     ended.run(app_for(settings))
 
 
-def pause_batch(settings, batch_id: int) -> None:
+def pause_batch(settings: Settings, batch_id: int) -> None:
     """Stop new steps of a queued or running batch from starting (running ones finish)."""
     with session_scope(settings) as session:
         batch = _batch(session, batch_id)
@@ -100,7 +102,7 @@ def pause_batch(settings, batch_id: int) -> None:
     send_released(app_for(settings), released)
 
 
-def continue_batch(settings, batch_id: int) -> None:
+def continue_batch(settings: Settings, batch_id: int) -> None:
     """Let a paused batch go on: planned again if it never was, else every unfinished video re-sent."""
     with session_scope(settings) as session:
         batch = _batch(session, batch_id)
@@ -113,7 +115,7 @@ def continue_batch(settings, batch_id: int) -> None:
     app_for(settings).send_task(names.RESUME_BATCH, args=[batch_id], priority=STARTS)
 
 
-def _queue_status(settings, session, batch_id: int, status: str) -> None:
+def _queue_status(settings: Settings, session: Session, batch_id: int, status: str) -> None:
     """`production_queue.QUEUE_STATUS`, when the block is about this batch."""
     blocks.update(
         settings,
@@ -124,8 +126,10 @@ def _queue_status(settings, session, batch_id: int, status: str) -> None:
     )
 
 
-def _batch(session, batch_id: int) -> Batch:
-    batch = session.execute(sa.select(Batch).where(Batch.id == batch_id).with_for_update()).scalar_one_or_none()
+def _batch(session: Session, batch_id: int) -> Batch:
+    batch: Batch | None = session.execute(
+        sa.select(Batch).where(Batch.id == batch_id).with_for_update()
+    ).scalar_one_or_none()
     if batch is None:
         raise NotChangeable(f"there is no batch {batch_id}; nothing changed")
     return batch

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from celery.exceptions import Ignore
@@ -175,7 +176,7 @@ def live_keys(settings: Settings) -> set[str]:
         return {token[:KEY_CHARS] for token in tokens}
 
 
-def last_activity(settings: Settings) -> dict:
+def last_activity(settings: Settings) -> dict[int, Any]:
     """Per video, when a step of it last showed life (claimed, renewed or released its lease)."""
     with ready_engine(settings).begin() as conn:
         return dict(
@@ -218,7 +219,7 @@ def expire_unanswered(settings: Settings, answering: set[str]) -> set[int]:
     )
 
 
-def _end_held(settings: Settings, *, where: str, params: dict, gone: Callable[[str], bool]) -> set[int]:
+def _end_held(settings: Settings, *, where: str, params: dict[str, Any], gone: Callable[[str], bool]) -> set[int]:
     """Date back past the expiry the heartbeat of each held lease matching `where` whose holder is `gone`:
     the lease is dead, as if its holder had stopped beating. Returns their videos."""
     with ready_engine(settings).begin() as conn:

@@ -4,12 +4,16 @@ failures (a lost connection: the step is sent again). A video's end itself is `m
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis
 import sqlalchemy as sa
+from billiard.einfo import ExceptionInfo
+from celery import Task
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from mas import events
+from mas.config import Settings
 from mas.db import rows_changed, session_scope
 from mas.domain.steps import StepPayload
 from mas.errors import PeerUnavailable
@@ -33,7 +37,7 @@ its lease held (`LeaseHeld`). A database that stays away past its waiting (`Stud
 ten minutes) still fails the video with the reason."""
 
 
-def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
+def fail_on_error(task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: ExceptionInfo) -> None:
     """A step failed for good (its retries spent): skip the video with the reason, and the batch goes on; a
     lost connection is transient and fails nothing (`LOST_CONNECTION`)."""
     payload = StepPayload.of_message(args, kwargs)
@@ -70,7 +74,7 @@ def fail_on_error(task, exc, task_id, args, kwargs, einfo) -> None:
         ended.run(task.app)
 
 
-def fail_batch(settings, batch_id: int, reason: str) -> bool:
+def fail_batch(settings: Settings, batch_id: int, reason: str) -> bool:
     """A batch whose planning failed for good ends `failed` with the reason; False if it was not queued."""
     reason = redact_text(reason, settings.secret_values())[:1000]
     with session_scope(settings) as session:
@@ -88,7 +92,7 @@ def fail_batch(settings, batch_id: int, reason: str) -> bool:
         return changed == 1
 
 
-def fail_planning(task, exc, task_id, args, kwargs, einfo) -> None:
+def fail_planning(task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: ExceptionInfo) -> None:
     """`on_failure` of planning: its retries are spent, or the error cannot pass by retrying."""
     batch_id = args[0] if args else kwargs.get("batch_id")
     fail_batch(task.app.settings, batch_id, f"planning failed: {type(exc).__name__}: {exc}")

@@ -11,8 +11,10 @@ from urllib.parse import urlsplit
 
 import redis
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from mas import names
+from mas.config import Settings
 from mas.db import rows_changed, session_scope
 from mas.domain.requests import ProductionRequest, RequestKind, parse_request
 from mas.domain.steps import STARTS
@@ -24,7 +26,7 @@ from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client
 
 
-def priority_for(settings, request: ProductionRequest, asked: str | None) -> Priority:
+def priority_for(settings: Settings, request: ProductionRequest, asked: str | None) -> Priority:
     """The priority a request runs at: what was asked, else high for an A/B test (MAS_AB_PRIORITY: a person
     waits to pick), else normal."""
     if asked is not None:
@@ -56,7 +58,7 @@ def request_of(batch: Batch) -> ProductionRequest:
 
 
 def new_batch(
-    session, request: ProductionRequest, *, priority: Priority, user: str, notify_url: str | None = None
+    session: Session, request: ProductionRequest, *, priority: Priority, user: str, notify_url: str | None = None
 ) -> Batch:
     """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for,
     `notify_url` the request's own webhook receiver. `kind`, `theme` and `total` repeat the spec for the
@@ -80,7 +82,7 @@ class BrokerUnavailable(PeerUnavailable):
     """Redis (the broker or the result backend) does not answer: nothing was stored or sent."""
 
 
-def check_broker(settings) -> None:
+def check_broker(settings: Settings) -> None:
     """Ask the broker and the result backend to answer before a request is stored, so a request that
     cannot be sent is refused whole instead of left half-done."""
     urls = {settings.effective_broker_url, settings.effective_result_backend}
@@ -99,7 +101,7 @@ def check_broker(settings) -> None:
             ) from None
 
 
-def check_notify_url(settings, url: str | None) -> str | None:
+def check_notify_url(settings: Settings, url: str | None) -> str | None:
     """A request's webhook URL: http(s), and only when events can be signed (MAS_WEBHOOK_SECRET)."""
     if url is None:
         return None
@@ -111,7 +113,9 @@ def check_notify_url(settings, url: str | None) -> str | None:
     return url
 
 
-def submit(settings, request: ProductionRequest, *, priority: str | None = None, notify_url: str | None = None) -> int:
+def submit(
+    settings: Settings, request: ProductionRequest, *, priority: str | None = None, notify_url: str | None = None
+) -> int:
     """Store the request as a batch and send it to the Director; return the batch id. Refused whole (nothing
     stored) when the broker does not answer."""
     priority = priority_for(settings, request, priority)
@@ -124,7 +128,7 @@ def submit(settings, request: ProductionRequest, *, priority: str | None = None,
 
 
 def schedule(
-    settings,
+    settings: Settings,
     request: ProductionRequest,
     *,
     run_at: datetime,
@@ -148,7 +152,7 @@ def schedule(
         return row.id
 
 
-def run_due_schedules(settings) -> list[int]:
+def run_due_schedules(settings: Settings) -> list[int]:
     """Turn every due schedule into a batch, exactly once, and send the batches; return their ids.
 
     The batch is created in the same transaction that marks the schedule sent, and rows are claimed with
@@ -178,7 +182,7 @@ def run_due_schedules(settings) -> list[int]:
     return [batch_id for batch_id, _ in sent]
 
 
-def cancel_schedule(settings, schedule_id: int) -> bool:
+def cancel_schedule(settings: Settings, schedule_id: int) -> bool:
     """Cancel a schedule that has not run; False when there is no such pending schedule."""
     with session_scope(settings) as session:
         cancelled = (
@@ -189,7 +193,7 @@ def cancel_schedule(settings, schedule_id: int) -> bool:
         return rows_changed(session, cancelled) == 1
 
 
-def send_plan(settings, batch_id: int, *, priority: Priority) -> None:
+def send_plan(settings: Settings, batch_id: int, *, priority: Priority) -> None:
     """Ask the Director to plan a stored batch (a cpu worker picks it up)."""
     app = app_for(settings)
     app.send_task(
@@ -197,7 +201,7 @@ def send_plan(settings, batch_id: int, *, priority: Priority) -> None:
     )
 
 
-def resume(settings, batch_ids: list[int]) -> None:
+def resume(settings: Settings, batch_ids: list[int]) -> None:
     """Restart batches a previous session left pending: each goes on from what Postgres says is done."""
     app = app_for(settings)
     for batch_id in batch_ids:

@@ -102,11 +102,11 @@ class StepBody(Protocol, Generic[Inputs, Result]):
         """Write the result and say where the video goes (the row is locked; it moves in this commit)."""
 
 
-def step_task(step: Step, body: StepBody) -> Task:
+def step_task(step: Step, body: StepBody[Any, Any]) -> Task:
     """Register the Celery task that runs `step` with `body` (its options: `mas.runtime.app.AgentStepTask` or
     `GpuStepTask`)."""
 
-    def run(self: Task, payload: dict) -> dict:
+    def run(self: Task, payload: dict[str, int]) -> dict[str, int]:
         return run_step(self, step, StepPayload.from_json(payload), body)
 
     run.__name__ = run.__qualname__ = step.task.rsplit(".", 1)[-1]
@@ -116,7 +116,7 @@ def step_task(step: Step, body: StepBody) -> Task:
     return shared_task(name=step.task, bind=True, base=base, on_failure=fail_on_error, step=step)(run)
 
 
-def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> dict:
+def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, Any]) -> dict[str, int]:
     """Run one delivery of `step` for `payload` (see the module's docstring); returns the payload for the
     chain's next step."""
     settings: Settings = task.app.settings
@@ -127,7 +127,7 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody) -> di
         raise task.retry(exc=held, countdown=settings.lease_expiry_seconds + 1) from held
 
 
-def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody) -> dict:
+def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, Any]) -> dict[str, int]:
     settings: Settings = task.app.settings
     retrying = bool(task.request.retries)
     with leases.hold_step(

@@ -7,6 +7,8 @@ a move the machine does not allow raises `IllegalTransition` and changes nothing
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -22,7 +24,7 @@ S = VideoState
 class IllegalTransition(PermanentError, ValueError):
     """The state machine has no such move."""
 
-    def __init__(self, source: VideoState, target: VideoState):
+    def __init__(self, source: VideoState, target: VideoState) -> None:
         super().__init__(f"a video cannot go from {source.value} to {target.value}")
         self.source, self.target = source, target
 
@@ -34,7 +36,7 @@ def transition(
     target: VideoState,
     *,
     attempt: int | None = None,
-    **values,
+    **values: Any,
 ) -> bool:
     """Move a video from `source` to `target`; False (and nothing written) if it is not in `source`.
 
