@@ -87,21 +87,21 @@ def studio_env(
     from tests.comfyui_real import NODE_MAP, write_workflow
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        MAS_VIDEO_BACKEND="comfyui",
-        MAS_COMFYUI_URL=comfy_url,
-        MAS_COMFYUI_WORKFLOW=str(write_workflow(data_dir / "workflow.json", seconds=render_seconds)),
-        MAS_COMFYUI_NODES=json.dumps(NODE_MAP),
-        MAS_VIDEO_FRAMES="8",
-        MAS_VIDEO_FPS="12",
-        MAS_GPU_LOOKAHEAD="1",
-        MAS_MAX_BATCH_VIDEOS=str(max(videos, 100)),
-        MAS_AGENT_BACKEND="llm",
-        MAS_LLM_URL=llm_url,
-        MAS_LLM_MODEL=model,
-        MAS_AGENT_CONVERSATIONS=str(procs),
-        MAS_LLM_MAX_IN_FLIGHT="16",
-    )
+    env = {
+        "MAS_VIDEO_BACKEND": "comfyui",
+        "MAS_COMFYUI_URL": comfy_url,
+        "MAS_COMFYUI_WORKFLOW": str(write_workflow(data_dir / "workflow.json", seconds=render_seconds)),
+        "MAS_COMFYUI_NODES": json.dumps(NODE_MAP),
+        "MAS_VIDEO_FRAMES": "8",
+        "MAS_VIDEO_FPS": "12",
+        "MAS_GPU_LOOKAHEAD": "1",
+        "MAS_MAX_BATCH_VIDEOS": str(max(videos, 100)),
+        "MAS_AGENT_BACKEND": "llm",
+        "MAS_LLM_URL": llm_url,
+        "MAS_LLM_MODEL": model,
+        "MAS_AGENT_CONVERSATIONS": str(procs),
+        "MAS_LLM_MAX_IN_FLIGHT": "16",
+    }
     if min_grade:
         env["MAS_MIN_ACCEPTABLE_GRADE"] = min_grade
     return env
@@ -122,7 +122,7 @@ def wait_final(studio, batch_id: int, timeout: float) -> bool:
         try:
             if batch_row(studio, batch_id)[0] in ("done", "failed", "cancelled"):
                 return True
-        except Exception:  # noqa: BLE001 - the database may be busy; ask again
+        except Exception:
             pass
         time.sleep(0.3)
     return False
@@ -306,7 +306,7 @@ def reading(results: list[dict]) -> list[str]:
     done = [r for r in results if r.get("wall")]
     for r in results:
         if not r["finished"]:
-            lines.append(
+            lines.append(  # noqa: PERF401
                 f"- L = {r['delay']:g} s, {r['procs']} process(es): not done within {r['timeout']:.0f} s "
                 f"({r.get('accepted', 0)} accepted, {r.get('failed', 0)} failed, {r.get('unfinished', 0)} "
                 "still in progress)."
@@ -412,7 +412,7 @@ def _run_matrix(args, base: Path, delays: list[float], procs: list[int], results
                             timeout=timeout,
                             min_grade=args.min_grade,
                         )
-                    except Exception as exc:  # noqa: BLE001 - one configuration's failure is reported, the rest run
+                    except Exception as exc:
                         result = {
                             "delay": delay,
                             "procs": n,

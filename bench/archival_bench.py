@@ -25,15 +25,14 @@ from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
+from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 from pgvector.psycopg import register_vector
 from psycopg.types.json import Jsonb
 from sqlalchemy.ext.compiler import compiles
 
-from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
-
-from mas import db  # noqa: E402
-from mas.config import Settings  # noqa: E402
-from mas.memory.archival import (  # noqa: E402
+from mas import db
+from mas.config import Settings
+from mas.memory.archival import (
     TAG_VOCABULARY,
     ArchivalMemory,
     NewPassage,
@@ -41,7 +40,7 @@ from mas.memory.archival import (  # noqa: E402
     plan_search,
     search_statement,
 )
-from mas.models import EMBEDDING_DIM  # noqa: E402
+from mas.models import EMBEDDING_DIM
 
 INDEX_SQL = (
     "CREATE INDEX ix_archival_embedding_hnsw ON archival_passages "

@@ -35,9 +35,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import command_line, machine, new_data_dir  # noqa: E402
-from tests.comfyui_real import NODE_MAP, RealComfyUI, Render, timed_workflow, write_workflow  # noqa: E402
-from tests.studio import IsolatedStudio  # noqa: E402
+import itertools
+
+from bench.harness import command_line, machine, new_data_dir
+from tests.comfyui_real import NODE_MAP, RealComfyUI, Render, timed_workflow, write_workflow
+from tests.studio import IsolatedStudio
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +57,7 @@ class Timeline:
 
     @property
     def gaps(self) -> list[float]:
-        return [max(0.0, b[0] - a[1]) for spans in self.per_gpu for a, b in zip(spans, spans[1:])]
+        return [max(0.0, b[0] - a[1]) for spans in self.per_gpu for a, b in itertools.pairwise(spans)]
 
     @property
     def busy(self) -> float:
@@ -101,11 +103,11 @@ def comfyui_alone(server: RealComfyUI, *, renders: int, seconds: float) -> Timel
 def studio_env(url: str, data_dir: Path, *, seconds: float, lookahead: int, renders: int) -> dict[str, str]:
     data_dir.mkdir(parents=True, exist_ok=True)
     workflow = write_workflow(data_dir / "workflow.json", seconds=seconds)
-    return dict(
-        MAS_VIDEO_BACKEND="comfyui", MAS_COMFYUI_URL=url, MAS_COMFYUI_WORKFLOW=str(workflow),
-        MAS_COMFYUI_NODES=json.dumps(NODE_MAP), MAS_VIDEO_FRAMES="8", MAS_VIDEO_FPS="12",
-        MAS_GPU_LOOKAHEAD=str(lookahead), MAS_MAX_BATCH_VIDEOS=str(max(renders, 100)),
-    )
+    return {
+        "MAS_VIDEO_BACKEND": "comfyui", "MAS_COMFYUI_URL": url, "MAS_COMFYUI_WORKFLOW": str(workflow),
+        "MAS_COMFYUI_NODES": json.dumps(NODE_MAP), "MAS_VIDEO_FRAMES": "8", "MAS_VIDEO_FPS": "12",
+        "MAS_GPU_LOOKAHEAD": str(lookahead), "MAS_MAX_BATCH_VIDEOS": str(max(renders, 100)),
+    }
 
 
 def start_batch(studio: IsolatedStudio, request: str, servers: list[RealComfyUI]) -> tuple[int, float]:
@@ -141,8 +143,8 @@ def in_process(data_dir: Path, *, renders: int, seconds: float, lookahead: int) 
     from mas import names
     from mas.runtime.clients import redis_client
 
-    env = dict(MAS_PREVIEW_RENDER_SECONDS=str(seconds), MAS_GPU_LOOKAHEAD=str(lookahead),
-               MAS_MAX_BATCH_VIDEOS=str(max(renders, 100)))
+    env = {"MAS_PREVIEW_RENDER_SECONDS": str(seconds), "MAS_GPU_LOOKAHEAD": str(lookahead),
+               "MAS_MAX_BATCH_VIDEOS": str(max(renders, 100))}
     with IsolatedStudio(data_dir / f"inprocess-{lookahead}", **env) as studio:
         studio.worker("cpu", concurrency=2)
         studio.worker("gpu")

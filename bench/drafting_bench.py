@@ -103,9 +103,9 @@ def measure(settings, concepts: tuple[str, ...]) -> dict:
 
 
 def main() -> None:
+    from agents_bench import code_line, section, write_section
     from harness import command_line, machine, new_data_dir, remove_data_dir
 
-    from agents_bench import code_line, section, write_section
     from mas import db
     from tests.llm_server import MODEL_NAME, LocalLLM, unavailable_reason
     from tests.studio import IsolatedStudio

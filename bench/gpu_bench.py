@@ -18,6 +18,7 @@ task events (task-started / task-succeeded). From that timeline:
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import tempfile
@@ -77,9 +78,9 @@ def run(*, videos: int, render_seconds: float, grouping: bool) -> dict:
     timeline = sorted((s, e, names.get(u, "?")) for u, (s, e) in spans.items() if s and e)
     busy = sum(e - s for s, e, _ in timeline)
     span = timeline[-1][1] - timeline[0][0]
-    gaps = sum(max(0.0, b[0] - a[1]) for a, b in zip(timeline, timeline[1:]))
+    gaps = sum(max(0.0, b[0] - a[1]) for a, b in itertools.pairwise(timeline))
     kinds = ["render" if "generate" in n else "grade" for _, _, n in timeline]
-    swaps = sum(a != b for a, b in zip(kinds, kinds[1:]))
+    swaps = sum(a != b for a, b in itertools.pairwise(kinds))
     return {
         "grouping": grouping, "videos": videos, "gpu_tasks": len(timeline), "renders": kinds.count("render"),
         "busy_fraction": busy / span, "overhead_per_video_s": gaps / videos, "swaps": swaps,

@@ -42,7 +42,7 @@ def machine() -> str:
 
 def command_line(script: str) -> str:
     """How this run was started, relative to the repository, for a report to be re-run as written."""
-    return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(script, ROOT)] + sys.argv[1:])
+    return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(script, ROOT), *sys.argv[1:]])
 
 
 def new_data_dir(prefix: str) -> Path:

@@ -39,28 +39,27 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
+from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
 from sklearn.linear_model import LogisticRegression
 
-from harness import ROOT, command_line, machine, new_data_dir, remove_data_dir
-
-from gpu.preference_model import PROMPT_TEMPLATE, PreferenceModel, promoted_adapter  # noqa: E402
-from gpu.tuner import tune  # noqa: E402
-from mas import db  # noqa: E402
-from mas.learning.ab_design import offer  # noqa: E402
-from mas.agents.offline import AB_APPROACHES  # noqa: E402
-from mas.agents.roles import Plan, PlannedVideo  # noqa: E402
-from mas.config import Settings  # noqa: E402
-from mas.db import session_scope  # noqa: E402
-from mas.models import ABSelection, ABTest  # noqa: E402
-from mas.learning.taste import Option  # noqa: E402
-from mas.learning.promotion import served, tune_taste  # noqa: E402
-from tests.test_tuner import TINY, build_tiny_lm  # noqa: E402
+from gpu.preference_model import PROMPT_TEMPLATE, PreferenceModel, promoted_adapter
+from gpu.tuner import tune
+from mas import db
+from mas.agents.offline import AB_APPROACHES
+from mas.agents.roles import Plan, PlannedVideo
+from mas.config import Settings
+from mas.db import session_scope
+from mas.learning.ab_design import offer
+from mas.learning.promotion import served, tune_taste
+from mas.learning.taste import Option
+from mas.models import ABSelection, ABTest
+from tests.test_tuner import TINY, build_tiny_lm
 
 WARMTH = {"crimson": 0.9, "orange": 1.0, "amber": 0.8, "gold": 0.6, "silver": -0.3, "purple": -0.4,
           "emerald": -0.6, "teal": -0.9}
@@ -111,7 +110,7 @@ class SimulatedUser:
     temperature: float
 
     @classmethod
-    def draw(cls, rng: random.Random, *, temperature: float) -> "SimulatedUser":
+    def draw(cls, rng: random.Random, *, temperature: float) -> SimulatedUser:
         return cls(*(rng.gauss(0, 1) for _ in range(4)), looks=abs(rng.gauss(0, 1)), temperature=temperature)
 
     @staticmethod
@@ -369,7 +368,7 @@ def mean_sd(values: list[float | None]) -> str:
 def report(rows: list[Row], args: argparse.Namespace, *, command: str, seconds: float) -> str:
     out = [
         "# Learning benchmark: predicting a user's A/B picks\n",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- command: `{command}`",
         f"- machine: {machine()}; no GPU used (peft + trl path)",
         "- load average (1/5/15 min) at the end: {:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg()),

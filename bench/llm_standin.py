@@ -197,7 +197,7 @@ def write_prompt(brief: dict, variant: int = 0) -> dict:
     parts.append(f"{moods} atmosphere" if moods else "atmospheric volumetric light")
     for key in ("THEME_PREFERENCES", "PACING_PREFERENCES"):
         if _style_words(style, key):
-            parts.append(_in_other_words(_style_words(style, key)) + (" pacing" if key == "PACING_PREFERENCES" else ""))
+            parts.append(_in_other_words(_style_words(style, key)) + (" pacing" if key == "PACING_PREFERENCES" else ""))  # noqa: PERF401
     for key in ("SERIES_STYLE", "series_style", "style"):
         if isinstance(series, dict) and series.get(key):
             parts.append(str(series[key]))
@@ -343,7 +343,7 @@ class Stats:
         self.reset()
 
     def reset(self) -> None:
-        self.max_in_flight = {role: n for role, n in self.in_flight.items()}
+        self.max_in_flight = dict(self.in_flight.items())
         self.calls: dict[str, int] = {}
         self.tasks: dict[str, int] = {}
         self.overall_in_flight = sum(self.in_flight.values())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import subprocess
 import sys
@@ -39,79 +40,79 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "whole card: fp8, no offload, tiling": {"fp8": True, "offload": "none", "tiling": True, "cap": None},
 }
 TINY = {  # the same architectures, a few channels wide
-    "transformer": dict(
-        in_channels=4,
-        out_channels=4,
-        num_attention_heads=2,
-        attention_head_dim=8,
-        cross_attention_dim=16,
-        audio_in_channels=4,
-        audio_out_channels=4,
-        audio_num_attention_heads=2,
-        audio_attention_head_dim=4,
-        audio_cross_attention_dim=8,
-        num_layers=2,
-        caption_channels=32,
-        rope_double_precision=False,
-    ),
-    "connectors": dict(
-        caption_channels=32,
-        text_proj_in_factor=3,
-        video_connector_num_attention_heads=4,
-        video_connector_attention_head_dim=8,
-        video_connector_num_layers=1,
-        video_connector_num_learnable_registers=None,
-        audio_connector_num_attention_heads=4,
-        audio_connector_attention_head_dim=8,
-        audio_connector_num_layers=1,
-        audio_connector_num_learnable_registers=None,
-        connector_rope_base_seq_len=32,
-        rope_double_precision=False,
-    ),
-    "vae": dict(
-        latent_channels=4,
-        block_out_channels=[8],
-        decoder_block_out_channels=[8],
-        layers_per_block=[1],
-        decoder_layers_per_block=[1, 1],
-        spatio_temporal_scaling=[True],
-        decoder_spatio_temporal_scaling=[True],
-        decoder_inject_noise=[False, False],
-        downsample_type=["spatial"],
-        upsample_residual=[False],
-        upsample_factor=[1],
-        down_block_types=["LTX2VideoDownBlock3D"],
-        patch_size=1,
-        spatial_compression_ratio=None,
-        temporal_compression_ratio=None,
-    ),
-    "audio_vae": dict(base_channels=4, ch_mult=[1], num_res_blocks=1, resolution=32, latent_channels=2, mel_bins=8),
-    "vocoder": dict(
-        in_channels=16,
-        hidden_channels=32,
-        upsample_kernel_sizes=[4, 4],
-        upsample_factors=[2, 2],
-        resnet_kernel_sizes=[3],
-        resnet_dilations=[[1, 3, 5]],
-        output_sampling_rate=16000,
-    ),
-    "latent_upsampler": dict(in_channels=4, mid_channels=32, num_blocks_per_stage=1),
-    "text_encoder": dict(
-        text_config=dict(
-            hidden_size=32,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=8,
-            vocab_size=64,
-            sliding_window=16,
-        ),
-        vision_config=dict(
-            hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=8, patch_size=4
-        ),
-        mm_tokens_per_image=4,
-    ),
+    "transformer": {
+        "in_channels": 4,
+        "out_channels": 4,
+        "num_attention_heads": 2,
+        "attention_head_dim": 8,
+        "cross_attention_dim": 16,
+        "audio_in_channels": 4,
+        "audio_out_channels": 4,
+        "audio_num_attention_heads": 2,
+        "audio_attention_head_dim": 4,
+        "audio_cross_attention_dim": 8,
+        "num_layers": 2,
+        "caption_channels": 32,
+        "rope_double_precision": False,
+    },
+    "connectors": {
+        "caption_channels": 32,
+        "text_proj_in_factor": 3,
+        "video_connector_num_attention_heads": 4,
+        "video_connector_attention_head_dim": 8,
+        "video_connector_num_layers": 1,
+        "video_connector_num_learnable_registers": None,
+        "audio_connector_num_attention_heads": 4,
+        "audio_connector_attention_head_dim": 8,
+        "audio_connector_num_layers": 1,
+        "audio_connector_num_learnable_registers": None,
+        "connector_rope_base_seq_len": 32,
+        "rope_double_precision": False,
+    },
+    "vae": {
+        "latent_channels": 4,
+        "block_out_channels": [8],
+        "decoder_block_out_channels": [8],
+        "layers_per_block": [1],
+        "decoder_layers_per_block": [1, 1],
+        "spatio_temporal_scaling": [True],
+        "decoder_spatio_temporal_scaling": [True],
+        "decoder_inject_noise": [False, False],
+        "downsample_type": ["spatial"],
+        "upsample_residual": [False],
+        "upsample_factor": [1],
+        "down_block_types": ["LTX2VideoDownBlock3D"],
+        "patch_size": 1,
+        "spatial_compression_ratio": None,
+        "temporal_compression_ratio": None,
+    },
+    "audio_vae": {"base_channels": 4, "ch_mult": [1], "num_res_blocks": 1, "resolution": 32, "latent_channels": 2, "mel_bins": 8},
+    "vocoder": {
+        "in_channels": 16,
+        "hidden_channels": 32,
+        "upsample_kernel_sizes": [4, 4],
+        "upsample_factors": [2, 2],
+        "resnet_kernel_sizes": [3],
+        "resnet_dilations": [[1, 3, 5]],
+        "output_sampling_rate": 16000,
+    },
+    "latent_upsampler": {"in_channels": 4, "mid_channels": 32, "num_blocks_per_stage": 1},
+    "text_encoder": {
+        "text_config": {
+            "hidden_size": 32,
+            "intermediate_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 8,
+            "vocab_size": 64,
+            "sliding_window": 16,
+        },
+        "vision_config": {
+            "hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 8, "patch_size": 4
+        },
+        "mm_tokens_per_image": 4,
+    },
 }
 
 
@@ -181,7 +182,7 @@ class PhaseMeter:
         return "denoise" if self.stage == 1 else "refine"
 
 
-def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:  # noqa: ARG001
     """Build, place and render once under one configuration; what it measured."""
     import diffusers
     import torch
@@ -244,7 +245,7 @@ def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[s
         stages.place(device)
     steps: list[tuple[int, float]] = []
 
-    def on_step(done: int, total: int) -> None:
+    def on_step(done: int, total: int) -> None:  # noqa: ARG001
         if cuda:
             torch.cuda.synchronize()
         steps.append((done, time.monotonic()))
@@ -255,15 +256,15 @@ def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[s
         "num_inference_steps": args.steps,
         "guidance_scale": 1.0,
     }
-    common = dict(
-        prompt="a red fox runs through snow at dawn",
-        negative_prompt="",
-        width=size[0],
-        height=size[1],
-        num_frames=size[2],
-        frame_rate=24.0,
-        generator=torch.Generator().manual_seed(0),
-    )
+    common = {
+        "prompt": "a red fox runs through snow at dawn",
+        "negative_prompt": "",
+        "width": size[0],
+        "height": size[1],
+        "num_frames": size[2],
+        "frame_rate": 24.0,
+        "generator": torch.Generator().manual_seed(0),
+    }
     render_started = time.monotonic()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -271,7 +272,7 @@ def run_one(name: str, spec: dict[str, Any], args: argparse.Namespace) -> dict[s
     meter.close()
     frames = result.frames[0]
     times = [t for _, t in steps]
-    first_steps = [b - a for a, b in zip(times[: args.steps], times[1 : args.steps])]  # the first step warms up
+    first_steps = [b - a for a, b in itertools.pairwise(times)]  # the first step warms up
     refine_steps = [b - a for a, b in zip(times[args.steps :], times[args.steps + 1 :])]
     return {
         **partial,

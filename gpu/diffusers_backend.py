@@ -116,10 +116,10 @@ class DiffusersBackend:
         negative_prompt: str,
         seed: int,
         output: Path,
-        render_id: str,
+        render_id: str,  # noqa: ARG002
         progress: Progress | None = None,
         should_stop: Callable[[], bool] | None = None,
-        order: float | None = None,
+        order: float | None = None,  # noqa: ARG002
     ) -> Path:
         """Render `prompt` to `output` (written to temporary names next to it, then renamed: never half a
         file). `should_stop` is asked before the pipeline starts, after every denoising step and before
@@ -135,22 +135,22 @@ class DiffusersBackend:
                 progress(done, total)
             check_stop(should_stop, what)
 
-        common: dict[str, Any] = dict(
-            prompt=prompt,
-            negative_prompt=negative_prompt,
-            width=s.video_width,
-            height=s.video_height,
-            num_frames=s.video_frames,
-            frame_rate=float(s.video_fps),
+        common: dict[str, Any] = {
+            "prompt": prompt,
+            "negative_prompt": negative_prompt,
+            "width": s.video_width,
+            "height": s.video_height,
+            "num_frames": s.video_frames,
+            "frame_rate": float(s.video_fps),
             # a CPU generator draws the same noise for a seed on any device
-            generator=torch.Generator(device="cpu").manual_seed(seed),
-        )
+            "generator": torch.Generator(device="cpu").manual_seed(seed),
+        }
         first = sampling(distilled=s.diffusers_distilled, steps=s.video_steps, guidance=s.video_guidance_scale)
         if self.two_stage:
             result = two_stage(stages, first=first, common=common, on_step=on_step)
         else:
 
-            def on_step_end(pipe: Any, step: int, timestep: Any, callback_kwargs: dict) -> dict:
+            def on_step_end(pipe: Any, step: int, timestep: Any, callback_kwargs: dict) -> dict:  # noqa: ARG001
                 on_step(step + 1, pipe.num_timesteps)
                 return callback_kwargs
 

@@ -53,7 +53,7 @@ def _before_load(settings: Settings) -> Callable[[str], None] | None:
     from gpu.comfyui_client import ComfyUIClient
 
     client = ComfyUIClient(url=settings.comfyui_url, retries=settings.comfyui_retries)
-    return lambda key: client.free(unload_models=True, free_memory=True)
+    return lambda key: client.free(unload_models=True, free_memory=True)  # noqa: ARG005
 
 
 def video_backend(settings: Settings) -> VideoBackend:

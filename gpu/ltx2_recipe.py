@@ -160,7 +160,7 @@ def two_stage(
     total = first_steps + len(STAGE_2_DISTILLED_SIGMA_VALUES)
 
     def step_callback(offset: int) -> Callable[..., dict]:
-        def callback(pipe: Any, step: int, timestep: Any, kwargs: dict) -> dict:
+        def callback(pipe: Any, step: int, timestep: Any, kwargs: dict) -> dict:  # noqa: ARG001
             on_step(offset + step + 1, total)
             return kwargs
 

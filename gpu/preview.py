@@ -11,6 +11,7 @@ with no GPU.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import time
@@ -45,13 +46,13 @@ class PreviewRenderer:
         self,
         *,
         prompt: str,
-        negative_prompt: str,
+        negative_prompt: str,  # noqa: ARG002
         seed: int,
         output: Path,
-        render_id: str,
+        render_id: str,  # noqa: ARG002
         progress: Progress | None = None,
         should_stop: Callable[[], bool] | None = None,
-        order: float | None = None,
+        order: float | None = None,  # noqa: ARG002
     ) -> Path:
         """Render `prompt` to `output` (written to a temporary name next to it, then renamed: never half a
         file). `render_id` is not needed: a render in process ends with its worker, so there is no earlier
@@ -115,7 +116,12 @@ class PreviewGrader:
     name: str = NAME
 
     def __call__(
-        self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER
+        self,
+        *,
+        video: Path,
+        prompt: str,
+        concept: str = "",  # noqa: ARG002
+        user: str = DEFAULT_USER,  # noqa: ARG002
     ) -> tuple[dict[str, float], str]:
         frames = decode_video(video).astype(np.float32)
         # noise: mean absolute difference between horizontally adjacent pixels inside colour bands
@@ -124,8 +130,7 @@ class PreviewGrader:
         # smoothness: the pan measured between consecutive frames, against a steady 2-pixel pan
         profiles = frames.mean(axis=(1, 3))
         shifts = [
-            min(range(-16, 17), key=lambda d: np.abs(np.roll(a, d) - b).mean())
-            for a, b in zip(profiles[:-1], profiles[1:])
+            min(range(-16, 17), key=lambda d: np.abs(np.roll(a, d) - b).mean()) for a, b in itertools.pairwise(profiles)
         ]
         smoothness = float(np.clip(1 - np.mean(np.abs(np.array(shifts) - 2)) / 6, 0, 1))
         # palette: mean distance of the average band colour to the nearest requested colour

@@ -29,9 +29,12 @@ def maintain_buffers(self) -> list[dict]:
 
 # A stale broker connection (Redis restarted, a network cut healed) fails an inspection of the workers:
 # tried again on a fresh one, not reported as an error.
-AGAIN_ON_LOST_CONNECTION = dict(
-    autoretry_for=(*StudioTask.autoretry_for, *LOST_CONNECTION), retry_backoff=1, retry_backoff_max=5, max_retries=5
-)
+AGAIN_ON_LOST_CONNECTION = {
+    "autoretry_for": (*StudioTask.autoretry_for, *LOST_CONNECTION),
+    "retry_backoff": 1,
+    "retry_backoff_max": 5,
+    "max_retries": 5,
+}
 
 
 @shared_task(name=names.RECONCILE, bind=True, **AGAIN_ON_LOST_CONNECTION)

@@ -102,8 +102,10 @@ def plan_batch(self, batch_id: int) -> dict:
             lambda v: {
                 "LAST_ACTIVITY": blocks.now_iso(),
                 "IN_PROGRESS_PROJECT": f"batch {batch.id}: {batch.request}",
-                "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-blocks.KEEP :]
-                + [{"batch_id": batch.id, "request": batch.request}],
+                "PENDING_WORK": [
+                    *[w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-blocks.KEEP :],
+                    {"batch_id": batch.id, "request": batch.request},
+                ],
                 "QUEUED_VIDEOS": video_ids[: blocks.PENDING_SHOWN],
             },
             actor="director",

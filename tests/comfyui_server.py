@@ -176,7 +176,7 @@ class ComfyUIStandIn:
         self._work_arrived.set()
         return web.json_response({"prompt_id": job.prompt_id, "number": number, "node_errors": {}})
 
-    async def _queue(self, request: web.Request) -> web.Response:
+    async def _queue(self, request: web.Request) -> web.Response:  # noqa: ARG002
         running = [self._running.listed()] if self._running is not None else []
         return web.json_response({"queue_running": running, "queue_pending": [job.listed() for job in self._pending]})
 
@@ -222,7 +222,7 @@ class ComfyUIStandIn:
         self.frees.append(await request.json())
         return web.Response()
 
-    async def _system_stats(self, request: web.Request) -> web.Response:
+    async def _system_stats(self, request: web.Request) -> web.Response:  # noqa: ARG002
         gib = 1 << 30
         return web.json_response({
             "system": {"os": "posix", "comfyui_version": "0.3.75 (stand-in)", "ram_total": 128 * gib},
@@ -318,7 +318,7 @@ class ComfyUIStandIn:
             else:
                 saved = {"images": [{"filename": script.filename, "subfolder": script.subfolder, "type": "output"}],
                          "animated": [True]}
-                outputs = {node: saved for node in _saving_nodes(workflow)}
+                outputs = dict.fromkeys(_saving_nodes(workflow), saved)
                 for node, output in outputs.items():
                     await send("executed", {"node": node, "display_node": node, "output": output})
                 await send("execution_success", {}, keep=True)

@@ -39,7 +39,7 @@ def studio_env(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def settings(studio_env) -> Settings:
+def settings(studio_env) -> Settings:  # noqa: ARG001  # `studio_env`: the environment it reads
     s = Settings()
     services.up(s)
     db.ready_engine(s)
@@ -85,7 +85,7 @@ def child_env(studio_env: dict[str, str], **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def workers(settings, studio_env, tmp_path_factory):
+def workers(settings, studio_env, tmp_path_factory):  # noqa: ARG001  # the servers are up
     """One cpu worker (2 processes) and one gpu worker (1 process), as `mas worker` starts them."""
     logs = tmp_path_factory.mktemp("worker-logs")
     env = child_env(studio_env)

@@ -18,6 +18,7 @@ left behind is removed by the next `Network` (its names carry the pid of the pro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import json
@@ -182,10 +183,8 @@ def _kill_netns_processes(netns: str) -> None:
     """SIGKILL every process still in network namespace `netns` (daemons that left their process group)."""
     pids = _run(["ip", "netns", "pids", netns], check=False).stdout.split()
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 def remove_leftovers() -> None:

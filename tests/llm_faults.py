@@ -89,7 +89,7 @@ class FaultyLLM:
 
         return Handler
 
-    def __enter__(self) -> "FaultyLLM":
+    def __enter__(self) -> FaultyLLM:
         self.thread.start()
         return self
 

@@ -116,7 +116,7 @@ class IsolatedStudio:
         self.workers: list[CeleryProcess] = []
         self.worker_args: list[str] = []
 
-    def __enter__(self) -> "IsolatedStudio":
+    def __enter__(self) -> IsolatedStudio:
         services.up(self.settings)
         db.ready_engine(self.settings)
         return self

@@ -39,8 +39,9 @@ def hosts_ready():
         need("HOSTS", reason)
 
 
+@pytest.mark.usefixtures("hosts_ready")
 def test_a_batch_across_three_hosts_survives_a_broker_restart_a_network_cut_and_a_gpu_worker_killed(
-    hosts_ready, tmp_path
+    tmp_path
 ):
     total = 16
     with ThreeHosts(tmp_path) as studio:
@@ -119,7 +120,8 @@ def _gallery_serves_every_video(host: CpuHost, attempts, s3: S3Server) -> None:
         proc.wait()
 
 
-def test_mas_up_as_a_role_that_may_not_create_the_vector_extension_says_what_to_run(hosts_ready, tmp_path):
+@pytest.mark.usefixtures("hosts_ready")
+def test_mas_up_as_a_role_that_may_not_create_the_vector_extension_says_what_to_run(tmp_path):
     """A managed PostgreSQL's login role is no superuser: one line naming the command, then success once a
     superuser has created the extension."""
     with PostgresServer(tmp_path / "pg", vector=False) as pg:

@@ -73,7 +73,8 @@ def test_the_openapi_document_is_valid_and_names_every_route_and_the_credentials
     assert "Idempotency-Key" in str(document["paths"]["/batches"]["post"]["parameters"])
 
 
-def test_a_client_written_against_the_document_submits_follows_and_picks(http, workers):
+@pytest.mark.usefixtures("workers")
+def test_a_client_written_against_the_document_submits_follows_and_picks(http):
     client = StudioClient(http)
     submitted = client.call(op(client, "submit"), body={"request": "Create 2 videos of paper boats"})
     assert submitted.status_code == 201, submitted.text
@@ -182,7 +183,8 @@ def test_bad_input_over_the_api_is_a_problem_and_changes_nothing(http, clean, me
             assert session.scalar(sa.select(sa.func.count()).select_from(table)) == 0
 
 
-def test_readyz_names_what_is_not_ready(http, clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_readyz_names_what_is_not_ready(http, clean):
     ready = http.get("/readyz")
     assert ready.status_code == 200, ready.text
     assert set(ready.json()["checks"].values()) == {"ok"}

@@ -245,13 +245,13 @@ def test_no_secret_reaches_output_logs_stored_reasons_or_the_gallery(tmp_path):
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]  # nothing listens there once the socket closes
     secrets = ["c0mfy-p%40ss%3Aw", "qu3ry-t0ken", "sk-llm-k3y-123456", "l3tta-t0ken", "g4llery-pw"]
-    env = dict(
-        MAS_VIDEO_BACKEND="comfyui", MAS_COMFYUI_WORKFLOW=str(write_workflow(tmp_path / "wf.json", seconds=0.1)),
-        MAS_COMFYUI_NODES=json.dumps(NODE_MAP), MAS_COMFYUI_RETRIES="0", MAS_STEP_RETRIES="0",
-        MAS_COMFYUI_URL=f"http://mas:{secrets[0]}@127.0.0.1:{closed}/?token={secrets[1]}",
-        MAS_LLM_API_KEY=secrets[2], MAS_LETTA_URL=f"http://{secrets[3]}@127.0.0.1:{closed}",
-        MAS_GALLERY_USER="me", MAS_GALLERY_PASSWORD=secrets[4],
-    )
+    env = {
+        "MAS_VIDEO_BACKEND": "comfyui", "MAS_COMFYUI_WORKFLOW": str(write_workflow(tmp_path / "wf.json", seconds=0.1)),
+        "MAS_COMFYUI_NODES": json.dumps(NODE_MAP), "MAS_COMFYUI_RETRIES": "0", "MAS_STEP_RETRIES": "0",
+        "MAS_COMFYUI_URL": f"http://mas:{secrets[0]}@127.0.0.1:{closed}/?token={secrets[1]}",
+        "MAS_LLM_API_KEY": secrets[2], "MAS_LETTA_URL": f"http://{secrets[3]}@127.0.0.1:{closed}",
+        "MAS_GALLERY_USER": "me", "MAS_GALLERY_PASSWORD": secrets[4],
+    }
     data = tmp_path / "studio"
     data.mkdir()
     data.chmod(0o755)
@@ -278,7 +278,7 @@ def test_no_secret_reaches_output_logs_stored_reasons_or_the_gallery(tmp_path):
     assert page and "lighthouse" in page
     everything = stored + page + served + logs + "".join(
         (r.stdout + r.stderr).decode(errors="replace") for r in outputs)
-    leaked = [secret for secret in secrets + ["p@ss:w"] if secret in everything]
+    leaked = [secret for secret in [*secrets, "p@ss:w"] if secret in everything]
     assert not leaked, leaked
 
 

@@ -72,8 +72,7 @@ def _bump(env: dict, n: int) -> None:
     for _ in range(n):
         blocks.update(
             s, "production_queue",
-            lambda v: {"BATCH_COMPLETE": v["BATCH_COMPLETE"] + 1, "COMPLETED_TODAY": v["COMPLETED_TODAY"][-20:]
-                       + [{"video_id": os.getpid(), "batch_id": 1, "grade": "A", "attempts": 1}]},
+            lambda v: {"BATCH_COMPLETE": v["BATCH_COMPLETE"] + 1, "COMPLETED_TODAY": [*v["COMPLETED_TODAY"][-20:], {"video_id": os.getpid(), "batch_id": 1, "grade": "A", "attempts": 1}]},
             actor=f"p{os.getpid()}",
         )
 

@@ -8,6 +8,7 @@ scaled down with them (lease heartbeat and expiry), as in the durable-steps test
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 import time
@@ -30,7 +31,7 @@ need(
     module=True,
 )
 
-SCALED = dict(MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="3")
+SCALED = {"MAS_LEASE_HEARTBEAT_SECONDS": "0.5", "MAS_LEASE_EXPIRY_SECONDS": "3"}
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def test_renders_are_pipelined_the_next_prompt_already_waits_in_comfyui(server, 
     # queued in ComfyUI before that render ended: ComfyUI never waited for the studio when work was ready
     ready = {a.render_id: a.created_at.timestamp() for a in attempts}
     checked = 0
-    for previous, following in zip(renders, renders[1:]):
+    for previous, following in itertools.pairwise(renders):
         if ready[following.prompt_id] < previous.started:
             assert created(following) < previous.ended, (previous, following)
             checked += 1

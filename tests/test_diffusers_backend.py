@@ -40,14 +40,14 @@ def build_tiny_ltx2(folder: Path) -> None:
     torch.manual_seed(0)
     text_encoder = transformers.Gemma3ForConditionalGeneration(
         transformers.Gemma3Config(
-            text_config=dict(
-                vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-                num_attention_heads=2, num_key_value_heads=1, head_dim=8, sliding_window=16,
-            ),
-            vision_config=dict(
-                hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=8,
-                patch_size=4,
-            ),
+            text_config={
+                "vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2,
+                "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "sliding_window": 16,
+            },
+            vision_config={
+                "hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 8,
+                "patch_size": 4,
+            },
             mm_tokens_per_image=4,
         )
     )
@@ -208,7 +208,7 @@ def test_ltx_video_renders_frames_only(ltx_settings, tmp_path):
     steps: list[int] = []
     for seed in (3, 3):
         backend(prompt="dance monkey", negative_prompt="", seed=seed, output=tmp_path / f"{seed}.mp4",
-                render_id=str(seed), progress=lambda done, total: steps.append(done))
+                render_id=str(seed), progress=lambda done, total: steps.append(done))  # noqa: ARG005
     frames, meta = decoded(tmp_path / "3.mp4")
     assert frames.shape == (FRAMES, SIZE, SIZE, 3) and "audio_codec" not in meta
     assert steps == [1, 2, 1, 2]
@@ -226,7 +226,7 @@ def test_should_stop_ends_the_render_after_a_step_and_leaves_no_file(ltx_setting
     output = tmp_path / "video.mp4"
     with pytest.raises(RenderStopped, match="the diffusers render was stopped on request"):
         backend(prompt="dance monkey", negative_prompt="", seed=3, output=output, render_id="r",
-                progress=lambda done, total: steps.append(done), should_stop=lambda: bool(steps))
+                progress=lambda done, total: steps.append(done), should_stop=lambda: bool(steps))  # noqa: ARG005
     assert steps == [1]  # stopped at the first step's end, not after the whole render
     assert list(tmp_path.iterdir()) == []
     assert manager.stats().resident  # the pipeline stays loaded for the next render
@@ -243,7 +243,7 @@ def test_an_offloaded_pipeline_is_charged_its_largest_part(ltx_settings):
 def test_a_missing_model_folder_says_what_to_set(tmp_path):
     with pytest.raises(ModelPathError, match="set MAS_DIFFUSERS_MODEL_PATH to a local LTX-2 diffusers folder"):
         video_backend(Settings(data_dir=tmp_path, video_backend="diffusers"))
-    with pytest.raises(ModelPathError, match="no model_index.json"):
+    with pytest.raises(ModelPathError, match="no model_index.json"):  # noqa: RUF043
         video_backend(Settings(data_dir=tmp_path, video_backend="diffusers", diffusers_model_path=tmp_path))
 
 

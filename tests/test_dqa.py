@@ -85,11 +85,11 @@ def build_tiny_clip(folder: Path, *, steps: int = 60) -> Path:
     tokenizer = train_tokenizer(vocab_texts)
     torch.manual_seed(0)
     config = transformers.CLIPConfig(
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, max_position_embeddings=24, pad_token_id=0, bos_token_id=2,
-                         eos_token_id=3),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                           image_size=CLIP_SIZE, patch_size=8),
+        text_config={"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                         "num_attention_heads": 2, "max_position_embeddings": 24, "pad_token_id": 0, "bos_token_id": 2,
+                         "eos_token_id": 3},
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                           "image_size": CLIP_SIZE, "patch_size": 8},
         projection_dim=32,
     )
     model = transformers.CLIPModel(config)
@@ -210,7 +210,7 @@ def test_benchmark_metrics_see_motion_jitter_noise_and_blur():
 
 
 def measured(**overrides: float) -> dict[str, float]:
-    values = {name: 0.8 for name in ("semantic", "spatial", *BENCHMARK_METRICS, *MULTI_AXES)}
+    values = dict.fromkeys(("semantic", "spatial", *BENCHMARK_METRICS, *MULTI_AXES), 0.8)
     return {**values, **overrides}
 
 
@@ -286,7 +286,7 @@ def test_unreadable_videos_raise_a_clear_error(dqa_settings, tmp_path):
 def test_a_missing_model_path_is_a_clear_error(tmp_path):
     with pytest.raises(ModelMissing, match="MAS_CLIP_MODEL_PATH is unset"):
         DQAGrader(settings=Settings(clip_model_path=None), residency=cpu_residency())
-    with pytest.raises(ModelMissing, match="no config.json"):
+    with pytest.raises(ModelMissing, match="no config.json"):  # noqa: RUF043
         DQAGrader(settings=Settings(clip_model_path=tmp_path), residency=cpu_residency())
     with pytest.raises(ModelMissing, match="MAS_PREFERENCE_BASE_MODEL_PATH"):
         preference_base(Settings(preference_base_model_path=tmp_path / "nowhere"))
@@ -296,7 +296,8 @@ def test_a_missing_model_path_is_a_clear_error(tmp_path):
 # --- mas grade VIDEO ---------------------------------------------------------------------------------------
 
 
-def test_regrade_lays_out_every_axis_beside_the_stored_scores_and_writes_nothing(clean, clip_folder, tmp_path):
+@pytest.mark.usefixtures("tmp_path")
+def test_regrade_lays_out_every_axis_beside_the_stored_scores_and_writes_nothing(clean, clip_folder):
     settings = clean.model_copy(update={"clip_model_path": clip_folder, "torch_dtype": "float32", "dqa_frames": 4})
     video_path = settings.videos_dir / "batch-1" / "attempt.mp4"  # in the storage, where grading reads it
     video_path.parent.mkdir(parents=True, exist_ok=True)

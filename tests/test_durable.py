@@ -20,10 +20,10 @@ from mas import db
 from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
 from tests.studio import IsolatedStudio
 
-SCALED = dict(  # production: heartbeat 10 s, expiry 60 s, reconcile every 60 s for videos idle 120 s
-    MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="2", MAS_RECONCILE_EVERY_SECONDS="1",
-    MAS_RECONCILE_AFTER_SECONDS="3",
-)
+SCALED = {  # production: heartbeat 10 s, expiry 60 s, reconcile every 60 s for videos idle 120 s
+    "MAS_LEASE_HEARTBEAT_SECONDS": "0.5", "MAS_LEASE_EXPIRY_SECONDS": "2", "MAS_RECONCILE_EVERY_SECONDS": "1",
+    "MAS_RECONCILE_AFTER_SECONDS": "3",
+}
 FINAL = (VideoState.accepted, VideoState.failed, VideoState.cancelled)
 
 
@@ -109,7 +109,7 @@ def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_d
     from mas import names
     from mas.runtime.app import Studio
 
-    with _stand_in(data_dir, render_seconds=2.0) as server:
+    with _stand_in(data_dir, render_seconds=2.0) as server:  # noqa: SIM117
         with IsolatedStudio(data_dir / "studio", **_comfyui_env(server, data_dir)) as studio:
             studio.worker("cpu", concurrency=2)
             studio.worker("gpu")
@@ -134,7 +134,7 @@ def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_d
 def test_a_gpu_worker_killed_mid_render_reattaches_to_the_running_prompt(data_dir):
     """SIGKILL of the gpu worker while ComfyUI renders: the prompt keeps running there; the re-sent render
     follows it instead of submitting another, and the video finishes with one execution."""
-    with _stand_in(data_dir, render_seconds=4.0) as server:
+    with _stand_in(data_dir, render_seconds=4.0) as server:  # noqa: SIM117
         with IsolatedStudio(data_dir / "studio", **_comfyui_env(server, data_dir)) as studio:
             studio.worker("cpu")
             gpu = studio.worker("gpu")
@@ -153,7 +153,7 @@ def test_a_gpu_worker_killed_mid_render_reattaches_to_the_running_prompt(data_di
 
 
 def test_cancel_during_a_render_stops_it_and_nothing_of_the_batch_runs_again(data_dir):
-    with _stand_in(data_dir, render_seconds=6.0) as server:
+    with _stand_in(data_dir, render_seconds=6.0) as server:  # noqa: SIM117
         with IsolatedStudio(data_dir / "studio", **_comfyui_env(server, data_dir)) as studio:
             studio.worker("cpu")
             gpu = studio.worker("gpu")

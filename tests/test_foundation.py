@@ -1,5 +1,6 @@
 """Settings, migrations, the video state machine, routing, and a chain and a chord on real workers."""
 
+import itertools
 import os
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from mas.models import Batch, Video, VideoState
 from mas.pipeline import states
 
 
-def test_migrations_down_and_up(settings, engine):
+@pytest.mark.usefixtures("settings")
+def test_migrations_down_and_up(engine):
     """Up from nothing, down to nothing and up again, in a scratch database of the same server (the session's
     workers keep theirs: tables dropped under them would break their cached statements)."""
     name = f"mas_migrations_{os.getpid()}"
@@ -60,9 +62,8 @@ def test_state_machine_guards(clean):
         assert not states.transition(s, vid, VideoState.writing, VideoState.rendering, attempt=1)
     with db.session_scope(clean) as s:  # the wrong attempt: no-op
         assert not states.transition(s, vid, VideoState.rendering, VideoState.grading, attempt=2)
-    with pytest.raises(states.IllegalTransition):
-        with db.session_scope(clean) as s:
-            states.transition(s, vid, VideoState.rendering, VideoState.accepted)
+    with pytest.raises(states.IllegalTransition), db.session_scope(clean) as s:
+        states.transition(s, vid, VideoState.rendering, VideoState.accepted)
     with db.session_scope(clean) as s:
         assert s.get(Video, vid).state == VideoState.rendering
         assert states.fail(s, vid, "stuck")
@@ -97,7 +98,8 @@ def test_routing_by_package(settings):
     assert conf.accept_content == ["json"]
 
 
-def test_chain_and_chord_across_queues(workers, settings):
+@pytest.mark.usefixtures("workers")
+def test_chain_and_chord_across_queues(settings):
     from celery import chain, chord
 
     from mas.runtime.app import app_for
@@ -113,7 +115,8 @@ def test_chain_and_chord_across_queues(workers, settings):
     assert joined == {"queues": ["cpu", "gpu", "gpu"], "count": 3}
 
 
-def test_gpu_task_lands_only_on_gpu_worker(workers, settings):
+@pytest.mark.usefixtures("workers")
+def test_gpu_task_lands_only_on_gpu_worker(settings):
     from mas.runtime.app import app_for
 
     app = app_for(settings)
@@ -122,7 +125,8 @@ def test_gpu_task_lands_only_on_gpu_worker(workers, settings):
     assert {r.get(timeout=60)["worker"] for r in results} == {"gpu@test"}
 
 
-def test_beat_schedule_names_registered_tasks(workers, settings):
+@pytest.mark.usefixtures("workers")
+def test_beat_schedule_names_registered_tasks(settings):
     import beat_schedule
     from mas.runtime.app import app_for
 
@@ -134,7 +138,8 @@ def test_beat_schedule_names_registered_tasks(workers, settings):
     assert app.send_task("tasks.maintenance.maintain_buffers").get(timeout=60)[0]["action"] == "ok"
 
 
-def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers, settings):
+@pytest.mark.usefixtures("workers")
+def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(settings):
     """Renders and gradings queued interleaved run as two runs, not alternating (fewer model swaps)."""
     from mas.runtime.app import app_for
 
@@ -155,7 +160,7 @@ def test_gpu_worker_stays_with_one_kind_of_work_while_it_has_work(workers, setti
     answers = sorted((r.get(timeout=60) for r in results), key=lambda a: a["answered_at"])
     order = [a["queue"] for a in answers]
     assert sorted(order) == [GPU_QUEUE] * 4 + [GRADE_QUEUE] * 4
-    assert sum(a != b for a, b in zip(order, order[1:])) == 1, order
+    assert sum(a != b for a, b in itertools.pairwise(order)) == 1, order
     assert all(a["worker"] == "gpu@test" for a in answers)
 
 
@@ -203,7 +208,7 @@ def test_a_step_lease_counts_only_take_overs_from_a_dead_holder(clean):
 
     with db.session_scope(clean) as s:
         vid = _video(s)
-    where = dict(video_id=vid, attempt=1, step="render", worker="gpu@test")
+    where = {"video_id": vid, "attempt": 1, "step": "render", "worker": "gpu@test"}
     first = leases.claim(clean, **where)
     assert first is not None and first.claims == 1
     assert leases.claim(clean, **where) is None  # held and alive: another delivery leaves it alone
@@ -269,7 +274,7 @@ def test_an_agent_step_waits_out_a_server_that_is_away(settings):
     runs: list[int] = []
 
     @app.task(bind=True, base=AgentStepTask, step=BY_NAME["write"], name="tests.a_step_whose_peer_is_away")
-    def step(self, payload: dict) -> None:
+    def step(self, payload: dict) -> None:  # noqa: ARG001  # a step task takes its payload
         runs.append(self.request.retries)
         raise PeerUnavailable("the model server does not answer")
 

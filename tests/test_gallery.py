@@ -84,7 +84,7 @@ class Studio:
 
 
 @pytest.fixture(scope="module")
-def studio(settings, workers) -> Studio:
+def studio(settings, workers) -> Studio:  # noqa: ARG001  # the workers render its batch
     """One finished batch, series episode and A/B test for the whole module: rendering is the slow part."""
     style = CliRunner().invoke(main, ["style", "I prefer dark moody aesthetics with purple and blue tones"])
     assert style.exit_code == 0, style.output
@@ -214,7 +214,8 @@ def test_opening_the_gallery_as_a_new_user_writes_nothing(settings):
     assert memory_tables(settings) == before
 
 
-def test_memory_page_shows_the_six_blocks_read_only(client, settings, studio):
+@pytest.mark.usefixtures("studio")
+def test_memory_page_shows_the_six_blocks_read_only(client, settings):
     page = client.get("/memory")
     assert page.status_code == 200
     for label in blocks.SCHEMAS:
@@ -241,12 +242,13 @@ def test_a_bad_id_is_a_clear_not_found(client, url):
         assert 'id="error"' in response.text and ("there is no" in response.text)
 
 
+@pytest.mark.usefixtures("studio")
 @pytest.mark.parametrize(
     "path",
     ["%2e%2e/outside.mp4", "..%2foutside.mp4", "batch-1/%2e%2e/%2e%2e/outside.mp4", "/etc/passwd", "%2fetc%2fpasswd",
      "escape-link.mp4", "loop-link.mp4", "a%00b.mp4", "batch-1", "no-such-file.mp4", ""],
 )
-def test_a_file_outside_the_output_folder_is_never_served(client, settings, studio, path):
+def test_a_file_outside_the_output_folder_is_never_served(client, settings, path):
     outside = settings.videos_dir.parent / "outside.mp4"
     outside.write_bytes(b"secret, outside the output folder")
     for name, target in (("escape-link.mp4", outside), ("loop-link.mp4", settings.videos_dir / "loop-link.mp4")):
@@ -365,7 +367,8 @@ def test_serving_beyond_loopback_requires_credentials(settings):
     assert server(guarded, host="0.0.0.0", port=0).config.host == "0.0.0.0"
 
 
-def test_a_loopback_server_answers_only_to_loopback_host_names(settings, studio):
+@pytest.mark.usefixtures("studio")
+def test_a_loopback_server_answers_only_to_loopback_host_names(settings):
     app = server(settings, host="127.0.0.2", port=0).config.app
     for base in ("http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000", "http://127.0.0.2:8000"):
         assert TestClient(app, base_url=base).get("/").status_code == 200
@@ -393,8 +396,9 @@ def _status(settings, batch_id: int) -> BatchStatus:
         return s.get(Batch, batch_id).status
 
 
-def test_batch_page_buttons_pause_and_cancel_as_the_commands_do(client, settings, workers):
-    batch_id, video_ids = _held_batch(settings, 2)
+@pytest.mark.usefixtures("workers")
+def test_batch_page_buttons_pause_and_cancel_as_the_commands_do(client, settings):
+    batch_id, video_ids = _held_batch(settings, 2)  # noqa: RUF059
     origin = {"Origin": "http://testserver"}
     page = client.get(f"/batches/{batch_id}")
     assert f'action="/batches/{batch_id}/pause"' in page.text and f'action="/batches/{batch_id}/cancel"' in page.text

@@ -70,7 +70,8 @@ def browser(tmp_path) -> Iterator[tuple[Page, list[str]]]:
         context.close()
 
 
-def test_open_a_finished_batch_and_pick_an_ab_winner(settings, workers, gallery_url, browser):
+@pytest.mark.usefixtures("workers")
+def test_open_a_finished_batch_and_pick_an_ab_winner(settings, gallery_url, browser):
     page, script_errors = browser
     result = CliRunner().invoke(main, ["ab", "a kite over the dunes", "--variations", "2"], catch_exceptions=False)
     assert result.exit_code == 0, result.output

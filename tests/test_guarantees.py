@@ -33,10 +33,10 @@ def _applied(prompt: str) -> bool:
 
 
 def _brief(**change) -> WriterBrief:
-    fields = dict(
-        concept="a phoenix rising from ashes, under moonlight", attempt=1, user_style=STYLE, series={},
-        winning_patterns=[], failure_patterns=[], past_successes=[],
-    )
+    fields = {
+        "concept": "a phoenix rising from ashes, under moonlight", "attempt": 1, "user_style": STYLE, "series": {},
+        "winning_patterns": [], "failure_patterns": [], "past_successes": [],
+    }
     return WriterBrief(**{**fields, **change})
 
 
@@ -76,7 +76,7 @@ def test_a_reading_that_never_validates_is_the_studios_reading_with_no_opposite_
         {"liked": [{"aspect": "colour", "words": "user_style"}], "ruled_out": []},
     ]
     for answer in answers:
-        blocks.update(clean, "user_style", lambda v: {"ITEMS": [], "COLOR_PREFERENCES": "", "MOOD_PREFERENCES": "",
+        blocks.update(clean, "user_style", lambda v: {"ITEMS": [], "COLOR_PREFERENCES": "", "MOOD_PREFERENCES": "",  # noqa: ARG005
                                                        "DISLIKED_ELEMENTS": []}, actor="test")
         with FaultyLLM([json.dumps(answer)]) as llm:
             stored = learn_style(_settings(clean, llm.url), FEEDBACK)
@@ -114,7 +114,7 @@ def test_a_later_feedback_overrides_an_earlier_one_and_a_new_user_starts_with_no
     stored = learn_style(clean, "no purple at all")
     assert _items(stored) == {("slow", "liked"), ("purple", "ruled_out")}
     assert stored["ITEM_HISTORY"][-1]["words"] == "purple" and stored["ITEM_HISTORY"][-1]["was"] == "liked"
-    assert "purple" in [c.new for c in blocks.history(clean, "user_style") if c.field == "DISLIKED_ELEMENTS"][0]
+    assert "purple" in next(c.new for c in blocks.history(clean, "user_style") if c.field == "DISLIKED_ELEMENTS")
     newcomer = blocks.read(clean.for_user("newcomer"), "user_style")
     assert newcomer["ITEMS"] == [] and newcomer["COLOR_PREFERENCES"] == "" and newcomer["DISLIKED_ELEMENTS"] == []
 

@@ -12,6 +12,7 @@ and replies, sleeptime groups, autoclear, compaction and reset — not the quali
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -181,11 +182,9 @@ class LettaServer:
 
             try:
                 pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.pg_user, timeout=60)
-            except Exception:  # noqa: BLE001 - pg_ctl could not do it: a fast shutdown by signal, to our own postmaster
-                try:
+            except Exception:
+                with contextlib.suppress(OSError, ValueError):
                     os.kill(int(pidfile.read_text().split()[0]), 2)
-                except (OSError, ValueError):
-                    pass
         self.llm.stop()
 
 
@@ -265,7 +264,7 @@ def api(letta_settings):
 
 
 @pytest.fixture(scope="module")
-def provisioned(letta_settings, api):
+def provisioned(letta_settings, api):  # noqa: ARG001  # `api`: the server is up
     """The first provisioning of the fresh server (the module's tests run against what it made)."""
     return backend.provision(letta_settings)
 
@@ -400,7 +399,8 @@ def test_every_role_call_goes_through_letta_and_reads_the_structured_reply(letta
     assert any(m.message_type == "tool_call_message" and m.tool_call.name == "send_message" for m in last)
 
 
-def test_an_agent_without_send_message_answers_with_an_assistant_message(letta_settings, api):
+@pytest.mark.usefixtures("letta_settings")
+def test_an_agent_without_send_message_answers_with_an_assistant_message(api):
     """Letta agents without sleeptime reply with plain assistant messages; the same parser reads them."""
     scratch = api.agents.create(name="scratch-no-sleeptime", model=MODEL, embedding=EMBEDDING, system="You answer tasks.")
     try:
@@ -414,7 +414,8 @@ def test_an_agent_without_send_message_answers_with_an_assistant_message(letta_s
         api.agents.delete(scratch.id)
 
 
-def test_an_unparseable_reply_is_a_retryable_failure(letta_settings, letta_server, provisioned):
+@pytest.mark.usefixtures("provisioned")
+def test_an_unparseable_reply_is_a_retryable_failure(letta_settings, letta_server):
     crew = backend.letta_agents(letta_settings)
     letta_server.llm.garbage_replies = 1
     with pytest.raises(backend.LettaReplyError) as caught:
@@ -426,10 +427,11 @@ def test_an_unparseable_reply_is_a_retryable_failure(letta_settings, letta_serve
     assert crew.cameraman.review(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3).action == "accept"
 
 
-def test_a_refinement_never_exceeds_max_retries(letta_settings, letta_server, provisioned, monkeypatch):
+@pytest.mark.usefixtures("letta_server", "provisioned")
+def test_a_refinement_never_exceeds_max_retries(letta_settings, monkeypatch):
     from tests import letta_llm
 
-    monkeypatch.setattr(letta_llm, "answer_task", lambda task, payload: {"action": "refine", "failure_reasons": ["soft"], "strategy": "sharpen"})
+    monkeypatch.setattr(letta_llm, "answer_task", lambda task, payload: {"action": "refine", "failure_reasons": ["soft"], "strategy": "sharpen"})  # noqa: ARG005
     verdict = backend.letta_agents(letta_settings).cameraman.review(grade="F", scores={}, min_grade="B", attempt=3, max_retries=3)
     # the grader's reasons (none weak: no scores) first, then the model's
     assert verdict.action == "fail" and verdict.failure_reasons == ["below the minimum grade on every axis", "soft"]
@@ -510,7 +512,7 @@ def test_block_store_keeps_json_validates_and_refuses_oversized_values(letta_set
     raw = api.blocks.retrieve(provisioned.blocks["user_style"]).value
     assert json.loads(raw) == new
     before = store.read("quality_standards")["FAILURE_PATTERNS_TO_AVOID"]  # earlier role calls pushed the studio's
-    assert store.update("quality_standards", lambda v: {"FAILURE_PATTERNS_TO_AVOID": v["FAILURE_PATTERNS_TO_AVOID"] + ["soft"]})["FAILURE_PATTERNS_TO_AVOID"] == before + ["soft"]
+    assert store.update("quality_standards", lambda v: {"FAILURE_PATTERNS_TO_AVOID": v["FAILURE_PATTERNS_TO_AVOID"] + ["soft"]})["FAILURE_PATTERNS_TO_AVOID"] == [*before, "soft"]
 
     with pytest.raises(BlockError, match="no field"):
         store.update("user_style", {"NOPE": 1})
@@ -541,7 +543,8 @@ def test_block_store_keeps_json_validates_and_refuses_oversized_values(letta_set
             assert found.blocks["current_series"] in {b.id for b in attached}
 
 
-def test_role_calls_bring_the_servers_blocks_up_to_date_with_the_studio(letta_settings, provisioned):
+@pytest.mark.usefixtures("provisioned")
+def test_role_calls_bring_the_servers_blocks_up_to_date_with_the_studio(letta_settings):
     """Postgres holds the studio's blocks; a role call first pushes the ones that changed since the last push."""
     crew = backend.letta_agents(letta_settings)
     store = backend.LettaBlockStore(letta_settings)
@@ -669,7 +672,8 @@ def test_a_deleted_agent_is_provisioned_again_once_even_by_racing_processes(
 # --- end to end ----------------------------------------------------------------------------------------
 
 
-def test_a_batch_runs_end_to_end_on_the_letta_backend(letta_settings, letta_server, provisioned, tmp_path):
+@pytest.mark.usefixtures("provisioned")
+def test_a_batch_runs_end_to_end_on_the_letta_backend(letta_settings, letta_server, tmp_path):
     """Real workers in an isolated studio whose agent backend is this Letta server."""
     from mas import agents
 
@@ -721,7 +725,8 @@ def test_a_batch_runs_end_to_end_on_the_letta_backend(letta_settings, letta_serv
         assert "LettaReplyError" in logs and "Retry in" in logs
 
 
-def test_an_agent_that_keeps_answering_garbage_fails_its_batch_with_the_reason(letta_server, provisioned, tmp_path):
+@pytest.mark.usefixtures("provisioned")
+def test_an_agent_that_keeps_answering_garbage_fails_its_batch_with_the_reason(letta_server, tmp_path):
     """Planning whose replies stay unreadable after its retries: the batch ends `failed` with the reason,
     `mas enqueue --wait` exits non-zero saying so in bounded time, and reconcile does not plan it again."""
     from tests.studio import IsolatedStudio
@@ -757,7 +762,8 @@ def test_an_agent_that_keeps_answering_garbage_fails_its_batch_with_the_reason(l
 # --- one crew per user ---------------------------------------------------------------------------------
 
 
-def test_each_user_has_their_own_agents_and_taste_blocks_and_shares_the_studios(letta_settings, letta_server, api, provisioned):
+@pytest.mark.usefixtures("provisioned")
+def test_each_user_has_their_own_agents_and_taste_blocks_and_shares_the_studios(letta_settings, letta_server, api):
     """A named user's calls go to their own agents, whose core memory shows that user's taste blocks and the
     studio's shared ones; the default crew and every other user's are untouched, and maintenance walks all."""
     from mas.memory.blocks import PER_USER

@@ -262,7 +262,8 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
     assert any(v.attempt_count > 1 for v in videos), "no refinement round ran"
 
 
-def test_a_batch_waits_for_a_server_that_is_down_and_resumes_when_it_returns(real_llm, tmp_path):
+@pytest.mark.usefixtures("real_llm")
+def test_a_batch_waits_for_a_server_that_is_down_and_resumes_when_it_returns(tmp_path):
     from tests.studio import IsolatedStudio
 
     port = free_port()

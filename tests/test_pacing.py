@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import sqlalchemy as sa
 
 from mas import db
@@ -84,7 +85,8 @@ def test_a_paused_batch_waits_and_gives_its_places_to_others_and_a_cancel_ends_i
         assert session.get(Batch, second).status == BatchStatus.cancelled
 
 
-def test_a_batch_larger_than_the_write_ahead_never_runs_ahead_of_the_gpus(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_a_batch_larger_than_the_write_ahead_never_runs_ahead_of_the_gpus(clean):
     """The session's workers run with the default MAS_WRITE_AHEAD; a trigger in the database counts the
     videos written or being written and not yet rendered after every change of a video, as it happens.
     A refinement (a later attempt) is never held back: it counts, so no new video is let through while it is

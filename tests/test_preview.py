@@ -15,7 +15,7 @@ def test_a_render_leaves_only_its_mp4(tmp_path):
     steps: list[int] = []
     renderer = PreviewRenderer(frames=4)
     assert renderer(prompt="a red fox", negative_prompt="", seed=1, output=output, render_id="r",
-                    progress=lambda done, total: steps.append(done)) == output
+                    progress=lambda done, total: steps.append(done)) == output  # noqa: ARG005
     assert output.read_bytes()[4:8] == b"ftyp" and steps == [1, 2, 3, 4]
     assert list(tmp_path.iterdir()) == [output]
 

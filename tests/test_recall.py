@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 import pytest
 import sqlalchemy as sa
@@ -38,7 +38,7 @@ def _buffer(settings: Settings, agent: str) -> AgentBuffer:
         return session.get(AgentBuffer, agent)
 
 
-def _broken(summary: str, evicted: Sequence[recall.Message]) -> str:
+def _broken(summary: str, evicted: Sequence[recall.Message]) -> str:  # noqa: ARG001  # a summarizer's signature
     """A summarizer whose model is down."""
     raise ConnectionError("summarizer unreachable")
 
@@ -211,7 +211,7 @@ def test_maintain_thresholds(clean, caplog):
         "cameraman_sleeptime": (499, "warn", "summarize", recall.KEEP_AFTER_SUMMARY),
     }
     assert "300 messages >= warn threshold 300" in actions["cameraman"].reason
-    assert "600 messages >= emergency threshold 600" == actions["writer_sleeptime"].reason
+    assert actions["writer_sleeptime"].reason == "600 messages >= emergency threshold 600"
     assert recall.context(clean, "cameraman").summary  # what left is summarized
     assert "maintain writer_sleeptime: reset at level emergency, 600 -> 0 messages" in caplog.text
     with pytest.raises(AttributeError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -170,16 +171,16 @@ def _two_triggers(settings_env: dict[str, str]) -> list[int]:
 
 
 def test_scheduled_batch_runs_exactly_once(studio):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
     from multiprocessing import get_context
 
     from mas.domain.requests import parse_request
     from mas.pipeline.production import schedule
 
     later = schedule(studio.settings, parse_request("Create 2 videos of night trains", studio.settings),
-                     run_at=datetime.now(timezone.utc) + timedelta(hours=6))
+                     run_at=datetime.now(UTC) + timedelta(hours=6))
     due = schedule(studio.settings, parse_request("Create 2 videos of dawn ferries", studio.settings),
-                   run_at=datetime.now(timezone.utc) - timedelta(seconds=1))
+                   run_at=datetime.now(UTC) - timedelta(seconds=1))
     env = {"MAS_DATA_DIR": str(studio.data_dir)}
     with get_context("spawn").Pool(3) as pool:  # three beats (or one restarted twice) fire together
         sent = pool.map(_two_triggers, [env] * 3)
@@ -215,10 +216,10 @@ def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
     }))
     with tempfile.TemporaryDirectory(prefix="mas-rel-") as tmp, ComfyUIStandIn(video=video, script=script) as server:
         Path(tmp).chmod(0o755)
-        env = dict(
-            MAS_VIDEO_BACKEND="comfyui", MAS_COMFYUI_WORKFLOW=str(template), MAS_STEP_RETRIES="1",
-            MAS_COMFYUI_RETRIES="0", MAS_MAX_RENDER_SECONDS="6", MAS_COMFYUI_URL=server.url,
-        )
+        env = {
+            "MAS_VIDEO_BACKEND": "comfyui", "MAS_COMFYUI_WORKFLOW": str(template), "MAS_STEP_RETRIES": "1",
+            "MAS_COMFYUI_RETRIES": "0", "MAS_MAX_RENDER_SECONDS": "6", "MAS_COMFYUI_URL": server.url,
+        }
         if outcome == "unreachable":
             env["MAS_COMFYUI_URL"] = "http://127.0.0.1:9"
         with IsolatedStudio(Path(tmp), **env) as studio:
@@ -238,7 +239,7 @@ def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
 def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
     """`mas beat` SIGKILLed before and after it starts an overnight batch: the batch runs, and only once."""
     import time
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from mas.domain.requests import parse_request
     from mas.pipeline.production import schedule
@@ -246,7 +247,7 @@ def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
     studio.worker("cpu")
     studio.worker("gpu")
     due = schedule(studio.settings, parse_request("Create a video of harbour cranes", studio.settings),
-                   run_at=datetime.now(timezone.utc) + timedelta(seconds=2))
+                   run_at=datetime.now(UTC) + timedelta(seconds=2))
     beat = studio.beat()
     time.sleep(4)
     beat.kill()  # before its first 30 s tick of the schedule job
@@ -310,8 +311,8 @@ def test_dqa_grading_end_to_end_and_mas_grade(tmp_path):
     clip = build_tiny_clip(tmp_path / "tiny-clip", steps=10)
     with tempfile.TemporaryDirectory(prefix="mas-rel-") as tmp:
         Path(tmp).chmod(0o755)
-        env = dict(MAS_GRADER="dqa", MAS_CLIP_MODEL_PATH=str(clip), MAS_TORCH_DTYPE="float32", MAS_DQA_FRAMES="4",
-                   MAS_MAX_RETRIES="1")
+        env = {"MAS_GRADER": "dqa", "MAS_CLIP_MODEL_PATH": str(clip), "MAS_TORCH_DTYPE": "float32", "MAS_DQA_FRAMES": "4",
+                   "MAS_MAX_RETRIES": "1"}
         with IsolatedStudio(Path(tmp), **env) as studio:
             studio.worker("cpu")
             studio.worker("gpu")

@@ -1,7 +1,7 @@
 """The typed production request: built from its parts by `mas series` / `mas ab`, stored as JSON by batches
 and schedules, read back without parsing English; and `--at` refusing a time it cannot use."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -46,9 +46,9 @@ def test_an_ab_concept_is_taken_whole_and_runs_at_the_ab_priority(clean):
 def test_a_schedule_keeps_its_request_priority_and_user(clean):
     alice = clean.for_user("alice")
     request = ProductionRequest.series("A Series of Unfortunate Foxes", episodes=2, settings=alice)
-    due = schedule(alice, request, run_at=datetime.now(timezone.utc) - timedelta(seconds=2), priority="high")
+    due = schedule(alice, request, run_at=datetime.now(UTC) - timedelta(seconds=2), priority="high")
     with db.session_scope(clean) as s:  # and one stored before requests were typed: read from its text
-        s.add(Schedule(run_at=datetime.now(timezone.utc) - timedelta(seconds=1), request="Create 2 videos of owls"))
+        s.add(Schedule(run_at=datetime.now(UTC) - timedelta(seconds=1), request="Create 2 videos of owls"))
     assert run_due_schedules(clean) == [1, 2]
     first, second = batches(clean)
     assert request_of(first) == request and (first.priority, first.user_name) == ("high", "alice")

@@ -6,6 +6,7 @@ Every test has a fresh data folder of its own and stops whatever it started; the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -58,10 +59,8 @@ def describe_procs(procs: list[psutil.Process]) -> list[str]:
 
 def kill_all(procs: list[psutil.Process]) -> None:
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(procs, timeout=10)
 
 

@@ -19,7 +19,7 @@ COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")
 CONCEPTS = ("a dragon", "a lighthouse", "a glacier", "a night market", "a comet", "a golem")
 
 
-def _pick_rows(settings, *, favourite: str, count: int, seed: int, flip=lambda position: False) -> None:
+def _pick_rows(settings, *, favourite: str, count: int, seed: int, flip=lambda position: False) -> None:  # noqa: ARG005
     """`count` A/B picks by `settings.user`, who picks the variation in `favourite` colours, stored as `mas
     pick` stores them; `flip(position)` makes that pick the other way round."""
     rng = random.Random(seed)
@@ -96,7 +96,7 @@ def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(
 
     liked, turned = clean.for_user("gwen"), clean.for_user("hal")
     _pick_rows(liked, favourite="purple", count=24, seed=7)
-    _pick_rows(turned, favourite="purple", count=24, seed=8, flip=lambda position: True)
+    _pick_rows(turned, favourite="purple", count=24, seed=8, flip=lambda position: True)  # noqa: ARG005
     picks = load_picks(liked)
     serving, unseen = fit(picks[:16], settings=clean).taste, picks[16:]
     worse = fit(load_picks(turned), settings=clean).taste
@@ -140,7 +140,8 @@ def test_a_user_name_that_cannot_name_rows_is_refused(clean):
     assert blocks.read(clean, "user_style")["COLOR_PREFERENCES"] == ""
 
 
-def test_style_and_memory_commands_read_and_teach_the_named_user(clean):
+@pytest.mark.usefixtures("clean")
+def test_style_and_memory_commands_read_and_teach_the_named_user():
     from click.testing import CliRunner
 
     from mas.cli.root import main
@@ -210,7 +211,7 @@ def test_a_taste_learns_which_colours_go_with_which_moods_which_no_sum_of_phrase
 
     def right(served) -> float:
         logits = served.logits([Option(prompt=prompt("a hydra", c, m)) for c, m in combinations], settings=clean)
-        at = {combination: logit for combination, logit in zip(combinations, logits)}
+        at = dict(zip(combinations, logits))
         return float(np.mean([at[a] > at[b] for a, b in test]))
 
     assert right(taste) >= 0.9

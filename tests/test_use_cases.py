@@ -46,7 +46,8 @@ def enqueue(request: str) -> int:
     return int(result.output.split()[1].rstrip(":"))
 
 
-def test_batch_production(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_batch_production(clean):
     batch_id = enqueue("Create 4 videos of mythical creatures")
     wait_batch(clean, batch_id)
     videos = videos_of(clean, batch_id)
@@ -64,7 +65,8 @@ def test_batch_production(clean, workers):
         assert s.scalar(sa.select(sa.func.count()).select_from(ArchivalPassage).where(ArchivalPassage.tags.contains(["quality"]))) == n_attempts
 
 
-def test_style_learning_and_personalization(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_style_learning_and_personalization(clean):
     """Feedback read as meant (the offline rules): what the user liked reaches every prompt of their next
     batch, nothing they ruled out does, and no opposite they never said is stored."""
     result = run_cli("style", "I prefer dark moody aesthetics with purple and blue tones")
@@ -85,7 +87,8 @@ def test_style_learning_and_personalization(clean, workers):
             assert attempt.style_check["checked"] and attempt.style_check["applied"], attempt.style_check
 
 
-def test_quality_refinement_loop_learns_failure_patterns(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_quality_refinement_loop_learns_failure_patterns(clean):
     batch_id = enqueue("Create a video of a lighthouse")
     wait_batch(clean, batch_id)
     (video,) = videos_of(clean, batch_id)
@@ -104,7 +107,8 @@ def test_quality_refinement_loop_learns_failure_patterns(clean, workers):
     assert next_video.attempt_count == 1 and next_video.state == VideoState.accepted
 
 
-def test_multi_round_refinement_gives_up_after_max_retries(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_multi_round_refinement_gives_up_after_max_retries(clean):
     assert run_cli("memory", "set", "quality_standards", "MIN_ACCEPTABLE_GRADE", "A").exit_code == 0
     assert run_cli("memory", "set", "quality_standards", "MAX_RETRIES", "2").exit_code == 0
     # palette adherence of an unnamed-colour prompt stays below A whatever the Writer adds
@@ -123,7 +127,8 @@ def test_multi_round_refinement_gives_up_after_max_retries(clean, workers):
     assert queue["BATCH_COMPLETE"] == 2  # the batch went on and finished
 
 
-def test_wait_exits_non_zero_with_the_counts_when_a_video_failed(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_wait_exits_non_zero_with_the_counts_when_a_video_failed(clean):
     assert run_cli("memory", "set", "quality_standards", "MIN_ACCEPTABLE_GRADE", "A").exit_code == 0
     assert run_cli("memory", "set", "quality_standards", "MAX_RETRIES", "1").exit_code == 0
     # palette adherence of an unnamed-colour prompt stays below A whatever the Writer adds
@@ -137,7 +142,8 @@ def test_wait_exits_non_zero_with_the_counts_when_a_video_failed(clean, workers)
     assert counts in run_cli("status", str(batch_id)).output
 
 
-def test_content_series_continues_across_sessions(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_content_series_continues_across_sessions(clean):
     result = run_cli("series", "Mythical Guardians", "--episodes", "2")
     assert result.exit_code == 0, result.output
     first = int(result.output.split()[1].rstrip(":"))
@@ -157,7 +163,8 @@ def test_content_series_continues_across_sessions(clean, workers):
     assert blocks.read(clean, "current_series")["EPISODES_PLANNED"] == 3
 
 
-def test_ab_testing_with_preference_capture(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_ab_testing_with_preference_capture(clean):
     result = run_cli("ab", "a fox in the snow", "--variations", "3")
     assert result.exit_code == 0, result.output
     batch_id = int(result.output.split()[1].rstrip(":"))
@@ -189,7 +196,8 @@ def test_ab_testing_with_preference_capture(clean, workers):
     assert approach_b in attempts_of(clean, video.id)[0].prompt
 
 
-def test_an_ab_test_belongs_to_its_user_and_says_what_the_studio_expected(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_an_ab_test_belongs_to_its_user_and_says_what_the_studio_expected(clean):
     result = run_cli("ab", "a heron at dawn", "--variations", "2", "--user", "alice")
     assert result.exit_code == 0, result.output
     batch_id = int(result.output.split()[1].rstrip(":"))
@@ -210,7 +218,8 @@ def test_an_ab_test_belongs_to_its_user_and_says_what_the_studio_expected(clean,
     assert blocks.read(clean, "ab_testing")["USER_SELECTIONS"] == []
 
 
-def test_cross_session_resume(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_cross_session_resume(clean):
     nothing = run_cli("resume", "--yes")
     assert nothing.exit_code == 0 and "nothing to resume" in nothing.output
     # a previous session stored a batch, but its messages died with that session's broker
@@ -227,7 +236,8 @@ def test_cross_session_resume(clean, workers):
     assert blocks.read(clean, "session_state")["PENDING_WORK"] == []
 
 
-def test_sleeptime_consolidation_every_n_interactions(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_sleeptime_consolidation_every_n_interactions(clean):
     batch_id = enqueue("Create 5 videos of deep sea creatures")
     wait_batch(clean, batch_id)
     deadline = time.monotonic() + 30
@@ -271,7 +281,8 @@ def test_bad_input_is_refused_and_changes_nothing(clean, args, message):
     assert blocks.read_all(clean) == before
 
 
-def test_memory_commands_read_what_the_pipeline_wrote(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_memory_commands_read_what_the_pipeline_wrote(clean):
     batch_id = enqueue("Create 2 videos of volcanic islands")
     wait_batch(clean, batch_id)
     found = run_cli("memory", "search", "lava and ocean", "--tag", "success")

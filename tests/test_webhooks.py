@@ -235,7 +235,8 @@ def test_a_receiver_that_fails_then_accepts_gets_each_event_once_in_order_across
 # --- backoff, failure and order, calling the deliverer directly ------------------------------------------
 
 
-def test_a_receiver_that_stays_down_backs_off_and_fails_while_its_batch_finishes(clean, workers):
+@pytest.mark.usefixtures("workers")
+def test_a_receiver_that_stays_down_backs_off_and_fails_while_its_batch_finishes(clean):
     """A batch whose own receiver (`notify_url`) refuses every connection: the batch finishes as any other
     while a deliverer keeps trying; each event waits longer after each failure (2 s, then 4 s, less jitter),
     the batch's later events wait for the earlier ones, and each is given up after MAS_WEBHOOK_MAX_ATTEMPTS."""

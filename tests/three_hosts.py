@@ -24,16 +24,16 @@ import sqlalchemy as sa
 from tests.hosts import Host, Network, PostgresServer, RedisServer, S3Server, wait_for
 from tests.studio import ROOT, Beat, CeleryWorker
 
-SCALED = dict(
-    MAS_PREVIEW_RENDER_SECONDS="2",
-    MAS_OFFLINE_AGENT_SECONDS="1",  # each write and review takes a second: a host can be cut mid-step
-    MAS_LEASE_HEARTBEAT_SECONDS="0.5",
-    MAS_LEASE_EXPIRY_SECONDS="2",
-    MAS_RECONCILE_EVERY_SECONDS="1",
-    MAS_RECONCILE_AFTER_SECONDS="3",
-    MAS_DATABASE_KEEPALIVE_SECONDS="2",
-    MAS_MIN_ACCEPTABLE_GRADE="F",  # the bar lowered: every video is accepted at its first attempt
-)
+SCALED = {
+    "MAS_PREVIEW_RENDER_SECONDS": "2",
+    "MAS_OFFLINE_AGENT_SECONDS": "1",  # each write and review takes a second: a host can be cut mid-step
+    "MAS_LEASE_HEARTBEAT_SECONDS": "0.5",
+    "MAS_LEASE_EXPIRY_SECONDS": "2",
+    "MAS_RECONCILE_EVERY_SECONDS": "1",
+    "MAS_RECONCILE_AFTER_SECONDS": "3",
+    "MAS_DATABASE_KEEPALIVE_SECONDS": "2",
+    "MAS_MIN_ACCEPTABLE_GRADE": "F",  # the bar lowered: every video is accepted at its first attempt
+}
 REDIS_DOWN_S = 3
 CUT_S = 5
 

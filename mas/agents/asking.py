@@ -285,7 +285,7 @@ class AskingWriter:
             )
             assert isinstance(reply, DraftReply)
             chosen = reply
-        negative = checks.sensible([chosen.negative_prompt], WRITE_WORDS) + [offline.studio_negative(brief)]
+        negative = [*checks.sensible([chosen.negative_prompt], WRITE_WORDS), offline.studio_negative(brief)]
         return Draft(
             prompt=chosen.prompt,
             negative_prompt=", ".join(dict.fromkeys(n for n in negative if n)),

@@ -112,7 +112,7 @@ KNOWN_SHARE = 0.5
 
 
 def _is_item(token: str) -> bool:
-    return known(token) and token not in V.ENGLISH_GLUE or token in ("and", "or") or token in V.STOP_WORDS
+    return (known(token) and token not in V.ENGLISH_GLUE) or token in ("and", "or") or token in V.STOP_WORDS
 
 
 def known(token: str) -> bool:

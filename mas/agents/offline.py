@@ -106,7 +106,7 @@ def studio_plan(request: ProductionRequest, *, episodes_done: int = 0) -> Plan:
 class OfflineDirector:
     """Plans with the studio's plan; reads style feedback with the studio's reader."""
 
-    def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan:
+    def plan(self, request: ProductionRequest, *, episodes_done: int = 0, batch_id: int | None = None) -> Plan:  # noqa: ARG002
         return studio_plan(request, episodes_done=episodes_done)
 
     def read_style(self, feedback: str) -> Reading:
@@ -206,7 +206,7 @@ class OfflineCameraman:
         min_grade: str,
         attempt: int,
         max_retries: int,
-        video_id: int | None = None,
+        video_id: int | None = None,  # noqa: ARG002
     ) -> Verdict:
         time.sleep(self.seconds)
         return studio_verdict(grade=grade, scores=scores, min_grade=min_grade, attempt=attempt, max_retries=max_retries)

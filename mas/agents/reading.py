@@ -69,7 +69,7 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
     model = items_of(reply)
     for liked in (i for i in model if i.liked):
         if any(o.contradicts(liked) for o in model):
-            out.append(f"{liked.words!r} is both liked and ruled out")
+            out.append(f"{liked.words!r} is both liked and ruled out")  # noqa: PERF401
     studio = style_reader.read(feedback)
     for own in studio:
         for item in model:

@@ -18,7 +18,7 @@ from mas.config import Settings
 TIMEOUT_S = 3.0
 
 
-def healthz(request: Request) -> JSONResponse:
+def healthz(request: Request) -> JSONResponse:  # noqa: ARG001
     return JSONResponse({"status": "ok"})
 
 

@@ -59,12 +59,12 @@ def status_of(exc: StudioError) -> tuple[int, str]:
 def install(app: FastAPI) -> None:
     """Every error of the API answers as a problem."""
 
-    async def studio_error(request: Request, exc: Exception) -> JSONResponse:
+    async def studio_error(request: Request, exc: Exception) -> JSONResponse:  # noqa: ARG001
         assert isinstance(exc, StudioError)
         status, kind = status_of(exc)
         return problem(status, str(exc), kind=kind, retryable=exc.retryable)
 
-    async def invalid_body(request: Request, exc: Exception) -> JSONResponse:
+    async def invalid_body(request: Request, exc: Exception) -> JSONResponse:  # noqa: ARG001
         assert isinstance(exc, RequestValidationError)
         errors = [
             {"where": ".".join(str(part) for part in error.get("loc", ())), "message": error.get("msg", "")}

@@ -28,7 +28,7 @@ def strip_jpeg(path: Path) -> bytes:
 
 
 @lru_cache(maxsize=256)
-def _strip(path: str, mtime_ns: int, size: int) -> bytes:
+def _strip(path: str, mtime_ns: int, size: int) -> bytes:  # noqa: ARG001
     """Keyed by modification time and size as well as path, so a file rewritten in place is never stale."""
     thumbs = _thumbnails(path)
     picks = np.linspace(0, len(thumbs) - 1, min(STRIP_FRAMES, len(thumbs))).round().astype(int)

@@ -127,7 +127,7 @@ def judge(candidate: np.ndarray, current: np.ndarray, *, picks: np.ndarray, agai
         error = float(math.sqrt(count / (count - 1) * np.sum(totals**2)) / n)
     else:
         error = math.inf
-    if against_default:
+    if against_default:  # noqa: SIM108
         promote = mean - STANDARD_ERRORS * error > 0
     else:
         promote = not mean + STANDARD_ERRORS * error < 0
@@ -291,7 +291,7 @@ def ranker(settings: Settings):
     """A Writer ranker (`mas.agents.asking.Ranker`): candidate prompts scored by `settings.user`'s served
     taste (log-odds; with the default every candidate scores 0 and the model's first candidate wins)."""
 
-    def rank(concept: str, prompts: Sequence[str]) -> list[float]:
+    def rank(concept: str, prompts: Sequence[str]) -> list[float]:  # noqa: ARG001
         current = served(settings)
         if current.version is None:
             return [0.0] * len(prompts)

@@ -304,7 +304,7 @@ def update(
     stamp = now_iso()
     row.version += 1
     row.value = new
-    row.field_updated_at = {**row.field_updated_at, **{f: stamp for f in changed}}
+    row.field_updated_at = {**row.field_updated_at, **dict.fromkeys(changed, stamp)}
     row.updated_at = sa.func.now()
     session.add_all(
         MemoryBlockChange(label=row_key, version=row.version, field=f, old=current.get(f), new=new[f], actor=actor)

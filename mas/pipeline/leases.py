@@ -85,14 +85,14 @@ def claim(settings: Settings, *, video_id: int, attempt: int, step: str, worker:
     with ready_engine(settings).begin() as conn:
         claims = conn.execute(
             _CLAIM,
-            dict(
-                video_id=video_id,
-                attempt=attempt,
-                step=step,
-                token=token,
-                worker=holder(worker),
-                expiry=settings.lease_expiry_seconds,
-            ),
+            {
+                "video_id": video_id,
+                "attempt": attempt,
+                "step": step,
+                "token": token,
+                "worker": holder(worker),
+                "expiry": settings.lease_expiry_seconds,
+            },
         ).scalar_one_or_none()
     if claims is None:
         return None
@@ -108,7 +108,7 @@ def renew(settings: Settings, lease: Lease) -> bool:
                     "update step_leases set heartbeat_at = now() "
                     "where video_id = :v and attempt = :a and step = :s and token = :t"
                 ),
-                dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token),
+                {"v": lease.video_id, "a": lease.attempt, "s": lease.step, "t": lease.token},
             ).rowcount
             == 1
         )
@@ -122,7 +122,7 @@ def release(settings: Settings, lease: Lease) -> None:
                 "update step_leases set token = null, heartbeat_at = now() "
                 "where video_id = :v and attempt = :a and step = :s and token = :t"
             ),
-            dict(v=lease.video_id, a=lease.attempt, s=lease.step, t=lease.token),
+            {"v": lease.video_id, "a": lease.attempt, "s": lease.step, "t": lease.token},
         )
 
 
@@ -156,7 +156,7 @@ def holdings(settings: Settings) -> list[Holding]:
                 "select video_id, step, worker, heartbeat_at >= now() - make_interval(secs => :late) as beating "
                 "from step_leases where token is not null order by video_id"
             ),
-            dict(late=LATE_BEATS * settings.lease_heartbeat_seconds),
+            {"late": LATE_BEATS * settings.lease_heartbeat_seconds},
         ).all()
     return [
         Holding(video_id=r.video_id, step=r.step, worker=r.worker.split("/", 1)[0], beating=r.beating) for r in rows
@@ -171,7 +171,7 @@ def live_keys(settings: Settings) -> set[str]:
                 "select token from step_leases where token is not null "
                 "and heartbeat_at >= now() - make_interval(secs => :expiry)"
             ),
-            dict(expiry=settings.lease_expiry_seconds),
+            {"expiry": settings.lease_expiry_seconds},
         ).scalars()
         return {token[:KEY_CHARS] for token in tokens}
 
@@ -189,7 +189,7 @@ def _videos(settings: Settings, condition: str) -> set[int]:
         return set(
             conn.execute(
                 sa.text(f"select distinct video_id from step_leases where token is not null and {condition}"),
-                dict(expiry=settings.lease_expiry_seconds),
+                {"expiry": settings.lease_expiry_seconds},
             ).scalars()
         )
 
@@ -202,7 +202,7 @@ def take_over_predecessors(settings: Settings, nodename: str) -> set[int]:
     return _end_held(
         settings,
         where="split_part(worker, '/', 1) = :node",
-        params=dict(node=nodename),
+        params={"node": nodename},
         gone=lambda worker: not _process_alive(worker),
     )
 
@@ -214,7 +214,7 @@ def expire_unanswered(settings: Settings, answering: set[str]) -> set[int]:
     return _end_held(
         settings,
         where="heartbeat_at < now() - make_interval(secs => :late)",
-        params=dict(late=LATE_BEATS * settings.lease_heartbeat_seconds),
+        params={"late": LATE_BEATS * settings.lease_heartbeat_seconds},
         gone=lambda worker: worker.split("/", 1)[0] not in answering,
     )
 
@@ -234,7 +234,7 @@ def _end_held(settings: Settings, *, where: str, params: dict[str, Any], gone: C
                     "update step_leases set heartbeat_at = now() - make_interval(secs => :expiry + 1) "
                     "where video_id = :v and attempt = :a and step = :s and token is not null"
                 ),
-                dict(v=row.video_id, a=row.attempt, s=row.step, expiry=settings.lease_expiry_seconds),
+                {"v": row.video_id, "a": row.attempt, "s": row.step, "expiry": settings.lease_expiry_seconds},
             )
     return {row.video_id for row in ended}
 

@@ -37,7 +37,7 @@ its lease held (`LeaseHeld`). A database that stays away past its waiting (`Stud
 ten minutes) still fails the video with the reason."""
 
 
-def fail_on_error(task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: ExceptionInfo) -> None:
+def fail_on_error(task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: ExceptionInfo) -> None:  # noqa: ARG001
     """A step failed for good (its retries spent): skip the video with the reason, and the batch goes on; a
     lost connection is transient and fails nothing (`LOST_CONNECTION`)."""
     payload = StepPayload.of_message(args, kwargs)
@@ -92,7 +92,7 @@ def fail_batch(settings: Settings, batch_id: int, reason: str) -> bool:
         return changed == 1
 
 
-def fail_planning(task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: ExceptionInfo) -> None:
+def fail_planning(task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: ExceptionInfo) -> None:  # noqa: ARG001
     """`on_failure` of planning: its retries are spent, or the error cannot pass by retrying."""
     batch_id = args[0] if args else kwargs.get("batch_id")
     fail_batch(task.app.settings, batch_id, f"planning failed: {type(exc).__name__}: {exc}")

@@ -13,11 +13,11 @@ from mas.singletons import per_process
 def _resilient(*, tcp: bool) -> dict:
     """A command that meets a lost or stale connection (Redis restarting, a network cut healing) is sent
     again on a fresh connection for about ten seconds; an idle connection is checked before it is used."""
-    options: dict = dict(
-        retry=Retry(ExponentialBackoff(cap=2, base=0.2), retries=8),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        health_check_interval=10,
-    )
+    options: dict = {
+        "retry": Retry(ExponentialBackoff(cap=2, base=0.2), retries=8),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        "health_check_interval": 10,
+    }
     if tcp:
         options.update(socket_keepalive=True, socket_connect_timeout=5)
     return options

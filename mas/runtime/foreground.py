@@ -114,7 +114,7 @@ class Supervisor:
 
     # --- starting and watching ------------------------------------------------------------------------
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum, frame) -> None:  # noqa: ARG002
         self._signals += 1
 
     def _start(self, child: Child) -> None:
@@ -181,7 +181,7 @@ class Supervisor:
                 f"stopping {', '.join(running)}: running tasks get up to {self.grace_s:g} s to finish "
                 "(Ctrl-C again cuts them off)"
             )
-            self._send(running, lambda child: signal.SIGTERM)  # warm shutdown
+            self._send(running, lambda child: signal.SIGTERM)  # warm shutdown  # noqa: ARG005
             running = self._wait_exit(running, self.grace_s, interruptible=True)
         if running:
             self.say(f"cold shutdown of {', '.join(running)}")

@@ -26,11 +26,11 @@ __all__ = [
     "database_url",
     "describe",
     "down",
-    "up",
     "start_postgres",
-    "stop_postgres",
     "start_redis",
+    "stop_postgres",
     "stop_redis",
+    "up",
 ]
 
 

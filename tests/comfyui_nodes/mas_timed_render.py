@@ -35,7 +35,7 @@ class MasTimedRender:
     FUNCTION = "render"
     CATEGORY = "mas/testing"
 
-    def render(self, text, seed, seconds, steps, frames, width, height):
+    def render(self, text, seed, seconds, steps, frames, width, height):  # noqa: ARG002
         bar = comfy.utils.ProgressBar(steps)
         for _ in range(steps):
             step_end = time.monotonic() + seconds / steps

@@ -16,7 +16,7 @@ SERVERS = frozenset(
 """The shared fixtures that start servers or processes (tests/conftest.py and its neighbours)."""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:  # noqa: ARG001
     wrong = [
         f"{item.nodeid} uses {', '.join(sorted(SERVERS & set(item.fixturenames)))}"
         for item in items

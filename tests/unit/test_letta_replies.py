@@ -45,4 +45,4 @@ def test_reply_error_is_retryable_picklable_and_quotes_the_reply():
     assert isinstance(error, RetryableError)
     copy = pickle.loads(pickle.dumps(error))  # Celery ships task exceptions between processes
     assert (copy.agent, copy.task, str(copy)) == ("writer", "write", str(error))
-    assert "writer answered task 'write' with no JSON object: 'Sure!'" == str(error)
+    assert str(error) == "writer answered task 'write' with no JSON object: 'Sure!'"

@@ -152,7 +152,7 @@ def test_the_backend_is_refused_before_anything_loads_and_a_fitting_recipe_is_no
     from gpu.factory import video_backend
 
     too_big = Settings(data_dir=tmp_path, video_backend="diffusers", vram_budget_gb=24)
-    with pytest.raises(DoesNotFit, match="needs [0-9.]+ GiB at its peak"):
+    with pytest.raises(DoesNotFit, match="needs [0-9.]+ GiB at its peak"):  # noqa: RUF043
         video_backend(too_big)
     fitting = too_big.model_copy(update={"diffusers_offload": "group", "vae_tiling": True, "grader": "dqa"})
     vram_plan.check_fits(fitting)

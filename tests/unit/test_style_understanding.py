@@ -215,15 +215,15 @@ def test_a_reading_against_what_the_feedback_plainly_says_is_asked_again_then_th
 
 
 def _brief(**change) -> WriterBrief:
-    fields = dict(
-        concept="a dragon over the sea",
-        attempt=1,
-        user_style=DARK_PURPLE.block_fields(),
-        series={},
-        winning_patterns=[],
-        failure_patterns=[],
-        past_successes=[],
-    )
+    fields = {
+        "concept": "a dragon over the sea",
+        "attempt": 1,
+        "user_style": DARK_PURPLE.block_fields(),
+        "series": {},
+        "winning_patterns": [],
+        "failure_patterns": [],
+        "past_successes": [],
+    }
     return WriterBrief(**{**fields, **change})
 
 

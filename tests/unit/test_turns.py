@@ -1,5 +1,6 @@
 """GPU turns inside one gpu worker: one holder at a time, priority with a bounded head start, a watchdog."""
 
+import itertools
 import threading
 import time
 
@@ -42,7 +43,7 @@ def test_one_holder_at_a_time_and_first_come_first_served():
     assert hold_in_threads(turns, [("a", "normal"), ("b", "normal"), ("c", "normal")]) == ["a", "b", "c"]
     intervals = list(turns.busy)
     assert len(intervals) == 4
-    assert all(later[0] >= earlier[1] for earlier, later in zip(intervals, intervals[1:]))  # never overlapping
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(intervals))  # never overlapping
 
 
 def test_high_priority_passes_waiting_normal_work():
@@ -70,9 +71,8 @@ def test_a_turn_past_its_limit_is_told_and_a_stuck_one_ends_the_worker():
 
 def test_a_failing_holder_gives_the_gpu_back():
     turns = GpuTurns(head_start_seconds=0)
-    with pytest.raises(RuntimeError):
-        with turns.turn(what="failing", limit_seconds=5):
-            raise RuntimeError("model error")
+    with pytest.raises(RuntimeError), turns.turn(what="failing", limit_seconds=5):
+        raise RuntimeError("model error")
     with turns.turn(what="next", limit_seconds=5):
         pass
     assert len(turns.busy) == 2 and turns.waiting == 0

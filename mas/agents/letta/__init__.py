@@ -32,7 +32,6 @@ from mas.agents.letta.status import Health, LettaStatus, health, status
 
 __all__ = [
     "ROLES",
-    "crew_conversations",
     "TAG",
     "AgentIds",
     "Health",
@@ -46,6 +45,7 @@ __all__ = [
     "LettaUnavailable",
     "Provisioned",
     "client",
+    "crew_conversations",
     "find",
     "forget",
     "health",

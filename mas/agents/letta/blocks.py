@@ -34,7 +34,7 @@ BLOCK_LOCK_TIMEOUT_S = 600
 
 
 @per_process(key=lambda settings: settings.letta_url)
-def _pushed(settings: Settings) -> dict[str, dict[str, Any]]:
+def _pushed(settings: Settings) -> dict[str, dict[str, Any]]:  # noqa: ARG001
     """Block id on the server -> the studio value this process last wrote to it."""
     return {}
 

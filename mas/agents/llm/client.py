@@ -49,7 +49,7 @@ def _api(url: str, key: str, timeout: float) -> openai.OpenAI:
 
 
 @per_process(key=lambda url, model: (url, model))
-def _accepted(url: str, model: str) -> list[str]:
+def _accepted(url: str, model: str) -> list[str]:  # noqa: ARG001
     """The mode `auto` found this endpoint accepts (empty until found), remembered per process."""
     return []
 
@@ -128,7 +128,7 @@ def _completion(response: Any, mode: str, limit: int) -> Completion:
     text = ""
     if choice is not None:
         calls = getattr(choice.message, "tool_calls", None) or []
-        if mode == "tools" and calls:
+        if mode == "tools" and calls:  # noqa: SIM108
             text = calls[0].function.arguments or ""
         else:
             text = choice.message.content or ""

@@ -253,7 +253,7 @@ def stop_postgres(settings: Settings) -> bool:
         _import_pgserver()
         from pgserver._commands import POSTGRES_BIN_PATH
 
-        try:
+        try:  # noqa: SIM105
             subprocess.run(
                 [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(settings.pgdata), "-w", "-t", "30", "-m", "fast", "stop"],
                 check=True,
