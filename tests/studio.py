@@ -18,10 +18,12 @@ from unittest import mock
 
 import sqlalchemy as sa
 
-from mas import db
+from mas import db, names
 from mas.config import Settings
 from mas.models import Batch, BatchStatus, Video
 from mas.runtime import services
+from mas.runtime.app import app_for, queue_keys
+from mas.runtime.clients import redis_client
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,6 +169,24 @@ class IsolatedStudio:
                 pass  # the database may be restarting in the test
             time.sleep(0.3)
         raise TimeoutError(f"timed out waiting for {what}")
+
+    def quiet(self) -> bool:
+        """Nothing left to do: no message waits in any studio queue and none is delivered but unacknowledged
+        (every task acknowledges late, when it has finished)."""
+        app, client = app_for(self.settings), redis_client(self.settings)
+        keys = [key for queues in names.WORKER_QUEUES.values() for queue in queues for key in queue_keys(app, queue)]
+        return not any(client.llen(key) for key in keys) and not client.hlen("unacked")
+
+    def wait_quiet(self, timeout: float = 120) -> None:
+        """Until the studio is quiet twice in a row: what a recover or a resume sent has run, and sent nothing
+        more. Then "nothing came back" is a fact, not a guess about how long to wait."""
+        seen = [False]
+
+        def twice() -> bool:
+            seen.append(self.quiet())
+            return seen[-1] and seen[-2]
+
+        self.wait_until(twice, timeout=timeout, what="the studio to have nothing left to do")
 
     def batch_done(self, batch_id: int) -> bool:
         """True once the batch is done; a batch that ended otherwise (failed, cancelled) raises at once with

@@ -127,17 +127,26 @@ def test_mas_up_as_a_role_that_may_not_create_the_vector_extension_says_what_to_
     with PostgresServer(tmp_path / "pg", vector=False) as pg:
         env = clean_env(MAS_DATABASE_URL=pg.url, MAS_DATA_DIR=str(tmp_path / "mas"))
         env.pop("MAS_BROKER_URL", None)
-        up = subprocess.run([sys.executable, "-m", "mas.cli", "up"], env=env, cwd=ROOT, capture_output=True,
-                            text=True, timeout=180)  # fmt: skip
-        assert up.returncode != 0
-        lines = [line for line in up.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1, up.stderr
-        assert "CREATE EXTENSION vector" in lines[0] and "superuser" in lines[0], lines
-        assert pg.password not in up.stderr
-        with sa.create_engine(pg.superuser_url.rsplit("/", 1)[0] + "/studio").begin() as conn:
-            conn.execute(sa.text("create extension vector"))
-        up = subprocess.run([sys.executable, "-m", "mas.cli", "up"], env=env, cwd=ROOT, capture_output=True,
-                            text=True, timeout=180)  # fmt: skip
-        assert up.returncode == 0, up.stderr
-        with sa.create_engine(pg.url).connect() as conn:
-            assert conn.scalar(sa.text("select count(*) from videos")) == 0  # the schema is there
+        try:
+            _up_twice(pg, env)
+        finally:  # `mas up` started an embedded Redis in the data folder: stop it with the test
+            subprocess.run([sys.executable, "-m", "mas.cli", "down"], env=env, cwd=ROOT, capture_output=True,
+                           timeout=180)  # fmt: skip
+
+
+def _up_twice(pg: PostgresServer, env: dict[str, str]) -> None:
+    """`mas up` as the role: refused in one line naming the command; then, once the extension exists, done."""
+    up = subprocess.run([sys.executable, "-m", "mas.cli", "up"], env=env, cwd=ROOT, capture_output=True,
+                        text=True, timeout=180)  # fmt: skip
+    assert up.returncode != 0
+    lines = [line for line in up.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, up.stderr
+    assert "CREATE EXTENSION vector" in lines[0] and "superuser" in lines[0], lines
+    assert pg.password not in up.stderr
+    with sa.create_engine(pg.superuser_url.rsplit("/", 1)[0] + "/studio").begin() as conn:
+        conn.execute(sa.text("create extension vector"))
+    up = subprocess.run([sys.executable, "-m", "mas.cli", "up"], env=env, cwd=ROOT, capture_output=True,
+                        text=True, timeout=180)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    with sa.create_engine(pg.url).connect() as conn:
+        assert conn.scalar(sa.text("select count(*) from videos")) == 0  # the schema is there

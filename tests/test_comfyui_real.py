@@ -159,7 +159,8 @@ def test_cancel_while_renders_are_pipelined_leaves_nothing_in_comfyui(server, da
         studio.wait_until(lambda: not server.queue()["queue_running"] and not server.queue()["queue_pending"],
                           timeout=20, what="ComfyUI to have nothing running or queued")
         started = len(server.renders())
-        time.sleep(4)  # more than a render: nothing of the batch is submitted or started again
+        assert studio.mas("recover").returncode == 0  # reconcile: nothing of a cancelled batch is sent again
+        studio.wait_quiet()
         assert len(server.renders()) == started and not server.queue()["queue_pending"]
         assert all(v.state == VideoState.cancelled for v in studio.videos(batch_id))
         with db.session_scope(studio.settings) as s:

@@ -169,7 +169,7 @@ def test_cancel_during_a_render_stops_it_and_nothing_of_the_batch_runs_again(dat
             submitted = len(server.queued)
             for command in (("recover",), ("resume", "--yes")):
                 assert studio.mas(*command).returncode == 0
-            time.sleep(3)  # beat-free: reconcile and resume had their chance to bring anything back
+            studio.wait_quiet()  # reconcile and resume have run, and whatever they sent
             assert len(server.queued) == submitted
             assert all(v.state == VideoState.cancelled for v in studio.videos(batch_id))
             assert _batch(studio, batch_id).status == BatchStatus.cancelled
@@ -184,8 +184,9 @@ def test_pause_holds_a_batch_and_continue_finishes_it(data_dir):
         assert studio.mas("pause", str(batch_id)).returncode == 0
         studio.worker("cpu")
         studio.worker("gpu")
-        studio.beat()
-        time.sleep(4)  # planning, reconcile and resume all had their chance
+        for command in (("recover",), ("resume", "--yes")):  # reconcile and resume, each run to its end
+            assert studio.mas(*command).returncode == 0
+        studio.wait_quiet()  # and whatever they sent has run
         assert _batch(studio, batch_id).status == BatchStatus.paused and studio.videos(batch_id) == []
         again = studio.mas("pause", str(batch_id))
         assert again.returncode == 1 and "not queued or running" in again.stderr

@@ -750,7 +750,7 @@ def test_an_agent_that_keeps_answering_garbage_fails_its_batch_with_the_reason(l
             plans = llm.count("role", task="plan")
             recovered = studio.mas("recover")
             assert recovered.returncode == 0 and "re-planned 0 batch" in recovered.stdout, recovered.stdout
-            time.sleep(2)
+            studio.wait_quiet()
             with db.session_scope(studio.settings) as s:
                 batch = s.get(Batch, batch_id)
                 assert batch.status == BatchStatus.failed and "LettaReplyError" in batch.failure_reason

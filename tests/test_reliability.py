@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from datetime import UTC
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import sqlalchemy as sa
 from mas import db
 from mas.memory import blocks
 from mas.models import ArchivalPassage, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
+from mas.pipeline import leases
 from mas.runtime import services
 from mas.runtime.clients import redis_client
 from tests.studio import IsolatedStudio
@@ -67,7 +67,7 @@ def test_gpu_worker_killed_mid_render(studio):
     )
     gpu.kill()  # the render dies with its worker; its message stays unacked in Redis
     studio.worker("gpu")
-    time.sleep(2.5)  # until the killed render's lease has missed its heartbeats: then it counts as lost
+    studio.wait_until(lambda: leases.dead(studio.settings), what="the killed render's lease to count as lost")
     result = studio.mas("recover")
     assert result.returncode == 0, result.stderr
     studio.wait_batch(batch_id)
@@ -96,9 +96,10 @@ def test_postgres_restarted_mid_batch(studio):
         lambda: any(v.state != VideoState.writing for v in studio.videos(batch_id)), what="work under way"
     )
     services.stop_postgres(studio.settings)
-    import time
-
-    time.sleep(3)  # tasks hit a dead database and back off
+    studio.wait_until(
+        lambda: any("waits for PostgreSQL" in w.log.read_text() for w in studio.workers),
+        what="a task to find the database away and wait for it",
+    )
     services.start_postgres(studio.settings)
     studio.wait_batch(batch_id, timeout=240)
     assert_batch_exact(studio, batch_id, 3)
@@ -238,7 +239,6 @@ def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
 
 def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
     """`mas beat` SIGKILLed before and after it starts an overnight batch: the batch runs, and only once."""
-    import time
     from datetime import datetime, timedelta
 
     from mas.domain.requests import parse_request
@@ -246,11 +246,11 @@ def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
 
     studio.worker("cpu")
     studio.worker("gpu")
-    due = schedule(studio.settings, parse_request("Create a video of harbour cranes", studio.settings),
-                   run_at=datetime.now(UTC) + timedelta(seconds=2))
+    due_at = datetime.now(UTC) + timedelta(seconds=2)
+    due = schedule(studio.settings, parse_request("Create a video of harbour cranes", studio.settings), run_at=due_at)
     beat = studio.beat()
-    time.sleep(4)
-    beat.kill()  # before its first 30 s tick of the schedule job
+    studio.wait_until(lambda: datetime.now(UTC) > due_at, what="the schedule to be due")
+    beat.kill()  # due, but before beat's first 30 s tick of the schedule job
     with db.session_scope(studio.settings) as s:
         assert s.get(Schedule, due).status == "scheduled"
     beat = studio.beat()  # restarted on the schedule file the killed beat left
