@@ -23,6 +23,7 @@ from mas.agents.protocol import (
     STYLE_TOKENS,
     WRITE_TOKENS,
     Question,
+    Reply,
 )
 from mas.agents.replies import (
     CandidatesReply,
@@ -55,7 +56,7 @@ R = TypeVar("R", bound=BaseModel)
 class Asker(Protocol):
     """One agent: sends a question, returns its reply validated by `question.reply` (or raises)."""
 
-    def ask(self, question: Question) -> BaseModel: ...
+    def ask(self, question: Question[Reply]) -> Reply: ...
 
 
 Ranker = Callable[[str, Sequence[str]], list[float]]
@@ -112,7 +113,6 @@ class AskingDirector:
         except NoValidReply as error:
             log.warning("director: the plan never validated; the studio plans batch %s itself: %s", batch_id, error)
             return studio
-        assert isinstance(reply, PlanReply)
         task_words = checks.vocabulary(rules, PLAN_SHAPE)
         seen: set[str] = set()
         videos: list[PlannedVideo] = []
@@ -166,7 +166,6 @@ class AskingDirector:
             log.warning("director: the style reading never validated; the studio reads the feedback: %s", error)
             note = f"the model's readings never validated: {error}"
             return Reading(items=style_reader.read(feedback), source="studio", note=note)
-        assert isinstance(reply, StyleReply)
         return Reading(items=reading.items_of(reply), source="model")
 
 
@@ -257,7 +256,7 @@ class AskingWriter:
             payload |= {"your_last_prompt": last.prompt, "problems": list(problems)}
             rules = "rewrite your_last_prompt so that it has none of the problems; " + WRITE_RULES
         if self._candidates > 1 and last is None:
-            reply = self._asker.ask(
+            candidates = self._asker.ask(
                 Question(
                     task="write",
                     payload=payload,
@@ -269,10 +268,9 @@ class AskingWriter:
                     max_tokens=WRITE_TOKENS * self._candidates,
                 )
             )
-            assert isinstance(reply, CandidatesReply)
-            chosen = self._choose(brief, reply.candidates)
+            chosen = self._choose(brief, candidates.candidates)
         else:
-            reply = self._asker.ask(
+            chosen = self._asker.ask(
                 Question(
                     task="write",
                     payload=payload,
@@ -283,8 +281,6 @@ class AskingWriter:
                     max_tokens=WRITE_TOKENS,
                 )
             )
-            assert isinstance(reply, DraftReply)
-            chosen = reply
         negative = [*checks.sensible([chosen.negative_prompt], WRITE_WORDS), offline.studio_negative(brief)]
         return Draft(
             prompt=chosen.prompt,
@@ -353,7 +349,6 @@ class AskingCameraman:
         except NoValidReply as error:
             log.warning("cameraman: no valid review of video %s; the studio's rule decides: %s", video_id, error)
             return replace(rule, note=f"the model's replies never validated: {error}")
-        assert isinstance(reply, VerdictReply)
         if reply.action != rule.action:
             log.info(
                 "cameraman said %s for grade %s (attempt %d of %d); the rule says %s",
@@ -393,5 +388,4 @@ class AskingConsolidator:
                 "learnings: at most three reusable lessons about what made prompts succeed or fail (may be empty).",
             )
         )
-        assert isinstance(reply, ConsolidationReply)
         return Consolidation(summary=reply.summary, learnings=reply.learnings)

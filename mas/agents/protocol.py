@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -66,14 +66,18 @@ CONSOLIDATE_TOKENS = 300
 """Most tokens of a `consolidate` reply: a summary and three learnings."""
 
 
+Reply = TypeVar("Reply", bound=BaseModel)
+
+
 @dataclass(frozen=True, kw_only=True)
-class Question:
-    """One role task: what is sent, the reply shape in words, and the model that validates the reply."""
+class Question(Generic[Reply]):
+    """One role task: what is sent, the reply shape in words, and the model that validates the reply (an
+    asker returns an instance of it: `ask(Question[PlanReply]) -> PlanReply`)."""
 
     task: str
     payload: dict[str, Any]
     shape: str  # the REPLY line: the JSON shape in words a model reads easily
-    reply: type[BaseModel]
+    reply: type[Reply]
     rules: str = ""
     context: dict[str, Any] = field(default_factory=dict)  # validation context (e.g. how many videos)
     video_id: int | None = None  # what the call is about: its cost is counted there, its conversation

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from mas.agents import conversations
 from mas.agents.asking import AskingCameraman, AskingConsolidator, AskingDirector, AskingWriter
@@ -22,7 +22,7 @@ from mas.agents.letta.errors import LettaNotFound, LettaReplyError
 from mas.agents.letta.provisioning import crew
 from mas.agents.letta.replies import REPLY_EXCERPT_CHARS, reply_object
 from mas.agents.meaning import StudioMeaning
-from mas.agents.protocol import Question
+from mas.agents.protocol import Question, Reply
 from mas.agents.replies import problem
 from mas.agents.roles import Agents
 from mas.config import Settings
@@ -42,7 +42,7 @@ class RoleAgent:
     def __init__(self, settings: Settings, role: str, *, serialize: bool = True) -> None:
         self.settings, self.role, self.serialize = settings, role, serialize
 
-    def ask(self, question: Question) -> BaseModel:
+    def ask(self, question: Question[Reply]) -> Reply:
         push_studio_blocks(self.settings, lock=self.serialize)
         prefer = question.video_id or question.batch_id
         with conversations.turn(

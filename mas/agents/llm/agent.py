@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from mas.agents import conversations
 from mas.agents.llm.client import complete
 from mas.agents.llm.context import alternating, changing_memory, conversation, system_prompt
 from mas.agents.llm.errors import LLMReplyError
-from mas.agents.protocol import Question
+from mas.agents.protocol import Question, Reply
 from mas.agents.replies import parse_json_object, problem
 from mas.config import Settings
 from mas.db import session_scope
@@ -63,7 +63,7 @@ class LLMAgent:
         self.settings, self.agent, self.history, self.serialize = settings, agent, history, serialize
         self.last: Exchange | None = None
 
-    def ask(self, question: Question) -> BaseModel:
+    def ask(self, question: Question[Reply]) -> Reply:
         prefer = question.video_id or question.batch_id
         with conversations.turn(self.settings, self.agent, prefer=prefer, lock=self.serialize) as talk:
             try:
@@ -75,7 +75,7 @@ class LLMAgent:
             recall.append(self.settings, talk, role="assistant", content=text)
         return reply
 
-    def _answer(self, question: Question, talk: str) -> tuple[BaseModel, str]:
+    def _answer(self, question: Question[Reply], talk: str) -> tuple[Reply, str]:
         """The validated reply. The stable part of the prompt comes first (`system_prompt`, then the
         conversation's summary and messages), what changes every call last (`changing_memory` and the
         question), so an endpoint's prefix cache serves all but the end of each call."""
@@ -171,7 +171,7 @@ def _insert_call(settings: Settings, exchange: Exchange, question: Question) -> 
         )
 
 
-def _validated(question: Question, text: str) -> tuple[BaseModel | None, str]:
+def _validated(question: Question[Reply], text: str) -> tuple[Reply | None, str]:
     """The reply as the question's model, or None and what is wrong with it."""
     value = parse_json_object(text)
     if value is None:
