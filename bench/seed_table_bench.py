@@ -39,7 +39,8 @@ from mas import db
 from mas.agents import offline, style_check
 from mas.agents.meaning import StudioMeaning
 from mas.agents.style import Style
-from mas.config import GRADES, Settings
+from mas.config import Settings
+from mas.grades import GRADES
 from mas.memory import blocks
 from mas.models import AgentCall, Attempt, Batch, BatchStatus, Video, VideoState
 from tests.llm_server import GEMMA_MODEL, MODEL_NAME, LocalLLM, unavailable_reason

@@ -23,7 +23,7 @@ import imageio_ffmpeg
 import numpy as np
 
 from gpu.interfaces import STOP_POLL_SECONDS, Progress, check_stop
-from mas.grading import to_grade
+from mas import grades
 from mas.models import DEFAULT_USER
 from mas.palette import palette_of
 from mas.video import decode_video
@@ -141,4 +141,4 @@ class PreviewGrader:
         scores = {"sharpness": round(sharpness, 4), "smoothness": round(smoothness, 4), "palette": round(adherence, 4)}
         total = float(np.mean(list(scores.values())))
         scores["total"] = round(total, 4)
-        return scores, to_grade(total)
+        return scores, grades.of_total(total)

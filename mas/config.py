@@ -23,12 +23,11 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mas.errors import InvalidInput
+from mas.grades import Grade
 from mas.redaction import redact_url
 
 USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$"
 """A user name: letters, digits, `_`, `.`, `-`, at most 40 characters (it names rows and memory blocks)."""
-
-GRADES = ("A", "B", "C", "D", "F")
 
 
 def _split(url: str):
@@ -443,9 +442,7 @@ class Settings(BaseSettings):
     )
 
     # --- quality -------------------------------------------------------------------------------
-    min_acceptable_grade: Literal["A", "B", "C", "D", "F"] = Field(
-        default="B", description="Default quality_standards.MIN_ACCEPTABLE_GRADE."
-    )
+    min_acceptable_grade: Grade = Field(default="B", description="Default quality_standards.MIN_ACCEPTABLE_GRADE.")
     max_retries: int = Field(
         default=3, ge=1, le=20, description="Default quality_standards.MAX_RETRIES (at most the block's own cap, 20)."
     )
@@ -622,8 +619,3 @@ class Settings(BaseSettings):
                 value = redact_url(value)
             shown[name] = "" if value is None else str(value)
         return shown
-
-
-def grade_at_least(grade: str, minimum: str) -> bool:
-    """True when `grade` is as good as `minimum` or better (A best, F worst)."""
-    return GRADES.index(grade) <= GRADES.index(minimum)

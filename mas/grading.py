@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mas import grades
 from mas.errors import InvalidInput, InvalidSettings, PermanentError, StudioError
 
 AXES = ("semantic", "spatial", "benchmark", "preference", "multi_axis")
@@ -34,13 +35,6 @@ BENCHMARK_METRICS = ("subject_consistency", "motion_smoothness", "dynamic_degree
 
 MULTI_AXES = ("aesthetic", "motion", "coherence", "fidelity")
 """Sub-scores of `multi_axis`, each in [0, 1], in the spirit of VisionReward's decomposition."""
-
-GRADE_CUTOFFS = (("A", 0.85), ("B", 0.70), ("C", 0.55), ("D", 0.40))
-"""Lowest total for each grade; below the last one the grade is F.
-
-Both graders (preview and DQA) grade through this one table, so MIN_ACCEPTABLE_GRADE means the same
-whichever grader runs: A >= 0.85, B >= 0.70, C >= 0.55, D >= 0.40, F below.
-"""
 
 WEAK_BELOW = 0.6
 """Scores under this are failures worth naming (a total of 0.6 is a C)."""
@@ -130,14 +124,6 @@ def effective_weights(weights: Sequence[float], *, present: Sequence[str]) -> di
     return {axis: w / total for axis, w in kept.items()}
 
 
-def to_grade(total: float) -> str:
-    """The A-F grade of a total in [0, 1] (see GRADE_CUTOFFS)."""
-    for grade, cutoff in GRADE_CUTOFFS:
-        if total >= cutoff:
-            return grade
-    return "F"
-
-
 def synthesize(measured: Mapping[str, float], *, weights: Sequence[float]) -> tuple[dict[str, float], str]:
     """Combine measured scores into the stored per-axis scores, their weighted total and its grade.
 
@@ -157,7 +143,7 @@ def synthesize(measured: Mapping[str, float], *, weights: Sequence[float]) -> tu
     share = effective_weights(weights, present=[axis for axis in AXES if axis in scores])
     scores["total"] = sum(share[axis] * scores[axis] for axis in share)
     rounded = {name: round(value, 4) for name, value in scores.items()}
-    return rounded, to_grade(rounded["total"])
+    return rounded, grades.of_total(rounded["total"])
 
 
 def failure_reasons(scores: Mapping[str, float], *, below: float = WEAK_BELOW, limit: int = 3) -> list[str]:

@@ -23,7 +23,7 @@ from gpu.dqa import DQAGrader, regrade
 from gpu.dqa_phases import CHECKLISTS, DQAConfig, benchmark, block_flow, imaging_quality
 from gpu.preference_model import preference_base
 from gpu.residency import Residency
-from mas import grading
+from mas import grades, grading
 from mas.config import Settings
 from mas.db import session_scope
 from mas.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, GradingError, ModelMissing
@@ -155,7 +155,7 @@ def test_scores_every_axis_deterministically_with_models_kept_resident(dqa_setti
     assert set(first) >= {"semantic", "spatial", "benchmark", "multi_axis", "total", *BENCHMARK_METRICS, *MULTI_AXES}
     assert "preference" not in first  # no base model configured: the axis is off and its weight shared
     assert all(0.0 <= v <= 1.0 for v in first.values())
-    assert grade == grading.to_grade(first["total"])
+    assert grade == grades.of_total(first["total"])
     stats = residency.stats()
     assert (stats.loads, stats.hits) == (1, 1)  # one CLIP load for two videos: no load-and-unload per video
 
@@ -220,14 +220,14 @@ def measured(**overrides: float) -> dict[str, float]:
      (0, "F")],
 )
 def test_grade_cutoffs(total, grade):
-    assert grading.to_grade(total) == grade
+    assert grades.of_total(total) == grade
 
 
 def test_synthesis_weights_the_five_axes_and_shares_an_absent_ones_weight():
     weights = (0.25, 0.15, 0.20, 0.25, 0.15)
     scores, grade = grading.synthesize(measured(semantic=1.0, spatial=0.5, preference=0.2), weights=weights)
     expected = 0.25 * 1.0 + 0.15 * 0.5 + 0.20 * 0.8 + 0.25 * 0.2 + 0.15 * 0.8
-    assert scores["total"] == pytest.approx(expected, abs=1e-4) and grade == grading.to_grade(expected)
+    assert scores["total"] == pytest.approx(expected, abs=1e-4) and grade == grades.of_total(expected)
     assert scores["benchmark"] == pytest.approx(0.8) and scores["multi_axis"] == pytest.approx(0.8)
     without, _ = grading.synthesize(measured(semantic=1.0, spatial=0.5), weights=weights)
     assert without["total"] == pytest.approx((0.25 * 1.0 + 0.15 * 0.5 + 0.20 * 0.8 + 0.15 * 0.8) / 0.75, abs=1e-4)
@@ -322,7 +322,7 @@ def test_regrade_lays_out_every_axis_beside_the_stored_scores_and_writes_nothing
     by_name = {row.name: row for row in result.rows}
     assert by_name["total"].score == result.total and by_name["total"].stored == 0.9
     assert by_name["motion_smoothness"].parent == "benchmark" and by_name["preference"].score is None
-    assert result.grade == grading.to_grade(result.total)
+    assert result.grade == grades.of_total(result.total)
     scored = {row.name: row.score for row in result.rows if row.score is not None}
     assert result.failure_reasons == grading.failure_reasons(scored)
     with session_scope(settings) as session:

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from mas import grading
+from mas import grades, grading
 from mas.agents import style_check, style_reader
 from mas.agents import vocabulary as V
 from mas.agents.roles import (
@@ -26,7 +26,6 @@ from mas.agents.roles import (
     draft_seed,
 )
 from mas.agents.style import Style, words_of
-from mas.config import grade_at_least
 from mas.domain.requests import ProductionRequest
 
 ANGLES = [
@@ -173,7 +172,7 @@ def weak_axes(scores: dict[str, float]) -> list[str]:
 def studio_verdict(*, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int) -> Verdict:
     """The studio's rule: accept at or above the minimum grade; below it, refine with the grader's reasons
     and their fixes while attempts remain, else fail."""
-    if grade_at_least(grade, min_grade):
+    if grades.at_least(grade, min_grade):
         return Verdict(action="accept", failure_reasons=[], source="studio")
     reasons = weak_axes(scores)
     if attempt >= max_retries:

@@ -23,10 +23,9 @@ from typing_extensions import TypedDict
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
+from mas.grades import Grade
 from mas.models import MemoryBlock, MemoryBlockChange, users_own
 from mas.text import check_storable
-
-Grade = Literal["A", "B", "C", "D", "F"]
 
 
 def now_iso() -> str:
