@@ -116,12 +116,20 @@ def _count(studio: IsolatedStudio, query: sa.Select) -> int:
         return len(s.scalars(query).all())
 
 
-def interrupted(studio: IsolatedStudio, stop: str) -> tuple[int, bool]:
+def interrupted(studio: IsolatedStudio, stop: str, timeout: float) -> tuple[int, bool]:
     """Use case 7, first half: a batch whose session ends at `stop`; False when the batch had already ended
-    by the time its workers were killed (nothing left to resume: the stop is tried again)."""
+    by the time its workers were killed, or never reached the stop within `timeout` (nothing to resume: the
+    stop is tried again, and counted as not resumed if it never is)."""
     result = studio.mas("enqueue", "Create 3 videos of sea serpents")
     batch_id = int(re.search(r"batch (\d+)", result.stdout).group(1))
-    studio.wait_until(lambda: STOPS[stop](studio, batch_id), timeout=900, what=stop)
+    try:
+        studio.wait_until(lambda: STOPS[stop](studio, batch_id), timeout=timeout, what=stop)
+    except TimeoutError as late:  # a slow model on a loaded machine: this stop is not measured, the run goes on
+        print(f"{stop}: {late}", flush=True)
+        for worker in studio.workers:
+            worker.kill()
+        studio.workers.clear()
+        return batch_id, False
     for worker in studio.workers:
         worker.kill()
     studio.workers.clear()
@@ -173,7 +181,7 @@ def measure(name: str, llm_url: str | None, alias: str, timeout: float) -> dict:
                 with IsolatedStudio(data_dir / "studio", **env) as session:
                     session.worker("cpu")
                     session.worker("gpu")
-                    pending, left = interrupted(session, stop)
+                    pending, left = interrupted(session, stop, timeout)
                 if left:
                     break
             if not left:
@@ -267,7 +275,7 @@ def table(results: dict[str, dict]) -> list[str]:
         (
             "Cross-session resume rate (seed: 100 %), sessions stopped at 5 points",
             lambda r: (
-                _pct(sum(r["resumes"].values()), len(r["resumes"]))
+                _pct(sum(bool(v) for v in r["resumes"].values()), len(r["resumes"]))
                 + "".join(f"; not after {k[6:]}" for k, v in r["resumes"].items() if not v)
             ),
         ),
