@@ -3,8 +3,10 @@
 The model reads language; the studio does not pretend to. It checks a reading's structure (an aspect, a
 few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and,
 where its own reader reads the feedback (English it knows), that no item has the opposite polarity of what
-the feedback plainly says and that the reading speaks of at least one thing the feedback plainly names. A reading that passes stands as the model gave it, whatever the studio's own
-reader would have added; one that never passes is replaced by the studio's reading.
+the feedback plainly says and that the reading speaks of at least one thing the feedback plainly names (in
+its words, a synonym of its meaning groups or a colour of its family). A reading that passes stands as the
+model gave it, whatever the studio's own reader would have added; one that never passes is replaced by the
+studio's reading.
 """
 
 from __future__ import annotations
@@ -83,8 +85,14 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
 
 def shares(item: StyleItem, own: StyleItem) -> bool:
     """Whether the model's item speaks of something the studio read: a word in common (plural or comparative
-    alike) or colours of one family. A reading that shares nothing with what the feedback plainly names is
-    about another feedback ("not red." read as "tense thriller energy")."""
-    mine = {style_reader.base(w) for w in normalized(item.words).split()} - V.STOP_WORDS
-    theirs = {style_reader.base(w) for w in normalized(own.words).split()} - V.STOP_WORDS
+    alike), a meaning group in common ("gloomy" read as "dark") or colours of one family ("violet" for
+    "purple"). A reading that shares none of these with what the feedback plainly names is about another
+    feedback ("not red." read as "tense thriller energy")."""
+    mine, theirs = _senses(item.words), _senses(own.words)
     return bool(mine & theirs) or bool(colour_families(item.words) & colour_families(own.words))
+
+
+def _senses(words: str) -> set[str]:
+    """The words' base forms and the meaning groups they belong to."""
+    bases = {style_reader.base(w) for w in normalized(words).split()} - V.STOP_WORDS
+    return bases | {group for w in bases for group in V.MEANINGS.get(w, ())}

@@ -104,8 +104,9 @@ def _stem(word: str) -> str:
 
 
 REQUIRED_ASPECTS = ("colour", "mood", "pacing", "theme")
-"""The liked aspects every prompt carries (the seed's colour, mood and pacing); a liked theme guides what is
-planned, not every shot, and an "other" item is a wish, not a rule. Every ruled-out item is a rule."""
+"""The liked aspects every prompt carries: the seed's colour, mood and pacing, and the user's themes (judged
+by what the whole prompt is about, `THEME_SIMILARITY`); an "other" item (a camera, a film grain) is a wish,
+not a rule. Every ruled-out item is a rule."""
 
 
 class _Judge:

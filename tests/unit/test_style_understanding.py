@@ -284,3 +284,6 @@ def test_a_reading_of_another_feedback_is_not_a_reading_of_this_one():
     in_other_words = {"ruled_out": [{"aspect": "colour", "words": "crimson"}]}
     reading = AskingDirector(Scripted(in_other_words)).read_style("not red.")
     assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("crimson", False)]
+    synonym = {"liked": [{"aspect": "mood", "words": "dark"}]}  # a synonym of what the feedback says
+    reading = AskingDirector(Scripted(synonym)).read_style("something gloomy please")
+    assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("dark", True)]
