@@ -38,14 +38,13 @@ from mas import names
 from mas.db import session_scope
 from mas.domain.steps import BY_NAME
 from mas.errors import RetryableError
-from mas.models import Attempt, Video, VideoState
+from mas.models import Attempt, Video
 from mas.pipeline import states
 from mas.pipeline.runner import Outcome, StepRun, priority_of, step_task
 from mas.runtime.clients import redis_client
 from mas.storage import local_copy, storage, video_key
 from mas.video import VideoUnreadable, check_video
 
-S = VideoState
 log = logging.getLogger(__name__)
 
 
@@ -208,7 +207,7 @@ class Render:
             rendered.seconds,
             run.settings.video_backend,
         )
-        return Outcome(state=S.grading)
+        return Outcome(state=run.step.next_state)
 
 
 generate_video = step_task(BY_NAME["render"], Render())
@@ -279,7 +278,7 @@ class Grade:
         row = states.attempt_row(session, video.id, run.attempt)
         row.scores, row.grade, row.grader = grading.scores, grading.grade, run.settings.grader
         row.failure_reasons, row.finished_at = grading.reasons, sa.func.now()
-        return Outcome(state=S.reviewing)
+        return Outcome(state=run.step.next_state)
 
 
 evaluate_video = step_task(BY_NAME["grade"], Grade())

@@ -92,7 +92,7 @@ class Video(Base):
     concept: Mapped[str] = mapped_column(Text)
     label: Mapped[str | None] = mapped_column(String(8))  # A/B variation label
     state: Mapped[VideoState] = mapped_column(
-        Enum(VideoState, name="video_state"), default=VideoState.writing, index=True
+        Enum(VideoState, native_enum=False, length=32), default=VideoState.writing, index=True
     )
     attempt_count: Mapped[int] = mapped_column(Integer, default=1)  # the attempt its live state is about
     grade: Mapped[str | None] = mapped_column(String(1))

@@ -66,13 +66,9 @@ COLLECT = "tasks.health.collect"
 GPU_PING = "gpu.health.ping"
 
 PLAN_BATCH = "tasks.pipeline.plan_batch"
-WRITE_PROMPT = "tasks.pipeline.write_prompt"
-REVIEW = "tasks.pipeline.review"
 CONSOLIDATE = "tasks.pipeline.consolidate"
 RESUME_BATCH = "tasks.pipeline.resume_batch"
 
-GENERATE_VIDEO = "gpu.tasks.generate_video"
-EVALUATE_VIDEO = "gpu.tasks.evaluate_video"
 REGRADE = "gpu.tasks.regrade"
 TUNE = "gpu.tasks.tune"
 

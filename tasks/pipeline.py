@@ -244,7 +244,7 @@ class Write:
                 content=f"video {video.id} attempt {run.attempt}: {draft.prompt}",
             )
 
-        return Outcome(state=S.rendering, remember=remember)
+        return Outcome(state=run.step.next_state, remember=remember)
 
 
 def _brief(settings, facts: VideoFacts, attempt: int, video_id: int) -> WriterBrief:

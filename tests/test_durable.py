@@ -106,7 +106,7 @@ def studio_renders(studio: IsolatedStudio) -> int:
 
 def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_dir):
     """While a batch renders: the same render delivered twice at once, `mas recover` and `mas resume`."""
-    from mas import names
+    from mas.domain.steps import BY_NAME
     from mas.runtime.app import Studio
 
     with _stand_in(data_dir, render_seconds=2.0) as server:  # noqa: SIM117
@@ -121,7 +121,7 @@ def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_d
             sender = Studio(studio.settings)
             payload = {"batch_id": batch_id, "video_id": video.id, "attempt": video.attempt_count}
             for _ in range(2):
-                sender.send_task(names.GENERATE_VIDEO, args=[payload])
+                sender.send_task(BY_NAME["render"].task, args=[payload])
             for command in (("recover",), ("resume", "--yes"), ("recover",)):
                 result = studio.mas(*command)
                 assert result.returncode == 0, result.stderr

@@ -3,80 +3,103 @@
 A video's live state names the step that is due (or running) for its current attempt, so a state, a step and
 a lease are one name: `writing` -> write, `rendering` -> render, `grading` -> grade, `reviewing` -> review.
 Every step runs through one mechanism (`mas.pipeline.runner`): claim the lease, check the video is where the
-step expects it, do the work with no transaction open, record the result and move the video on. Adding a
-stage is one entry here and one body registered with `mas.pipeline.runner.step_task`.
+step expects it, do the work with no transaction open, record the result and move the video on. A step
+declares here how often it is tried again and how long one try may take. Adding a stage is one entry here,
+its state in `VideoState`, and one body registered with `mas.pipeline.runner.step_task` (ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from mas import names
 from mas.domain.states import TERMINAL, VideoState
 from mas.errors import InvalidInput
 
+if TYPE_CHECKING:
+    from mas.config import Settings
+
 S = VideoState
-StepName = Literal["write", "render", "grade", "review"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
     """One step of an attempt."""
 
-    name: StepName
+    name: str
     """What leases, logs and people call it."""
     task: str
-    """The registered Celery task that runs it (`mas.names`)."""
+    """The registered Celery task that runs it, in a package of `mas.names.TASK_PACKAGES`; a registered name
+    never changes (queued messages carry it)."""
     queue: str
     """The queue its task goes to (high-priority work goes to that queue's urgent twin)."""
     state: VideoState
     """The video's state while this step is due or running."""
     leads_to: tuple[VideoState, ...]
-    """The states its success may move the video to (first: the usual one)."""
+    """The states its success may move the video to (first: the usual one, `next_state`)."""
     work: str
     """What it does, for people."""
+    retries: Callable[[Settings], int]
+    """How often a failed try is tried again (what counts as a failure worth another try: `on_gpu`)."""
+    time_limit: Callable[[Settings], float] | None = None
+    """How long one try may run before it is killed (a soft limit a little earlier lets it clean up); None:
+    its calls bound themselves (an agent's request has its own timeout)."""
     on_gpu: bool = False
-    """Whether it runs on the gpu worker (its retries and time limits are the gpu steps')."""
+    """Whether it runs on the gpu worker: any error of its backend is tried again (a render that crashed or
+    hung); off the GPU, only errors that say trying again can help, and a server that is away is waited for."""
     finishes: bool = False
     """Whether it finishes what an earlier step started (a grading, a review): taken before new work."""
+
+    @property
+    def next_state(self) -> VideoState:
+        """Where its success usually leads: the next step's state (a body returns it, so inserting a step after
+        this one changes only the table)."""
+        return self.leads_to[0]
 
 
 STEPS: tuple[Step, ...] = (
     Step(
         name="write",
-        task=names.WRITE_PROMPT,
+        task="tasks.pipeline.write_prompt",
         queue=names.CPU_QUEUE,
         state=S.writing,
         leads_to=(S.rendering,),
         work="the Writer writes the attempt's prompt from the concept, the user's style and past outcomes",
+        retries=lambda settings: settings.agent_retries,
     ),
     Step(
         name="render",
-        task=names.GENERATE_VIDEO,
+        task="gpu.tasks.generate_video",
         queue=names.GPU_QUEUE,
         state=S.rendering,
         leads_to=(S.grading,),
         work="the video backend renders the prompt to an mp4",
+        retries=lambda settings: settings.step_retries,
+        time_limit=lambda settings: settings.max_render_seconds,
         on_gpu=True,
     ),
     Step(
         name="grade",
-        task=names.EVALUATE_VIDEO,
+        task="gpu.tasks.evaluate_video",
         queue=names.GRADE_QUEUE,
         state=S.grading,
         leads_to=(S.reviewing,),
         work="the grader scores the render per axis and grades it",
+        retries=lambda settings: settings.step_retries,
+        time_limit=lambda settings: settings.max_render_seconds,
         on_gpu=True,
         finishes=True,
     ),
     Step(
         name="review",
-        task=names.REVIEW,
+        task="tasks.pipeline.review",
         queue=names.CPU_QUEUE,
         state=S.reviewing,
         leads_to=(S.accepted, S.writing, S.failed),
         work="the Cameraman accepts the attempt, refines it (the next attempt's write) or gives the video up",
+        retries=lambda settings: settings.agent_retries,
         finishes=True,
     ),
 )
@@ -90,6 +113,10 @@ BY_TASK: dict[str, Step] = {step.task: step for step in STEPS}
 
 STEP_STATES = frozenset(BY_STATE)
 """Live states whose step is due or running (not `waiting`, whose write is not due yet, nor a final state)."""
+
+AHEAD_OF_THE_GPU = frozenset(step.state for step in STEPS[: next(i for i, s in enumerate(STEPS) if s.on_gpu) + 1])
+"""The states of a video on its way to the GPU: its steps up to and including the first gpu step (a render).
+Pacing counts these against MAS_WRITE_AHEAD (`mas.pipeline.pacing`)."""
 
 ALLOWED: dict[VideoState, frozenset[VideoState]] = {
     **{step.state: frozenset({*step.leads_to, S.failed, S.cancelled}) for step in STEPS},

@@ -18,13 +18,11 @@ from sqlalchemy.orm import Session
 
 from mas import locks, names
 from mas.config import Settings
-from mas.domain.steps import StepPayload
+from mas.domain.steps import AHEAD_OF_THE_GPU, StepPayload
 from mas.models import Batch, BatchStatus, Video, VideoState
 from mas.names import Priority
 
 S = VideoState
-AHEAD = frozenset({S.writing, S.rendering})
-"""Videos whose prompt is written or being written and whose render is not done yet."""
 
 Released = list[tuple[StepPayload, Priority]]
 
@@ -36,7 +34,7 @@ def first_state(priority: Priority) -> VideoState:
 
 def leaves_ahead(source: VideoState, target: VideoState) -> bool:
     """Whether a move frees a place ahead of the GPUs."""
-    return source in AHEAD and target not in AHEAD
+    return source in AHEAD_OF_THE_GPU and target not in AHEAD_OF_THE_GPU
 
 
 def release(settings: Settings, session: Session) -> Released:
@@ -47,7 +45,7 @@ def release(settings: Settings, session: Session) -> Released:
         sa.select(sa.func.count())
         .select_from(Video)
         .join(Batch)
-        .where(Video.state.in_(list(AHEAD)), Batch.status == BatchStatus.running, Batch.priority != "high")
+        .where(Video.state.in_(list(AHEAD_OF_THE_GPU)), Batch.status == BatchStatus.running, Batch.priority != "high")
     )
     room = settings.write_ahead - (ahead or 0)
     if room <= 0:

@@ -6,7 +6,7 @@ Tasks live in `tasks` (cpu queue) and `gpu` (gpu queue) as shared tasks: the app
 `celery -A mas` gets its app from `mas.app` (`default_app`); a process that sends work gets it with
 `app_for(settings)`. Every task derives from `StudioTask`, which caps redeliveries (a pipeline step's are
 counted by its lease instead); an agent task derives from `AgentTask`, a pipeline step from `AgentStepTask`
-or `GpuStepTask`, whose retries and time limits are read from the app's settings when the task runs.
+or `GpuStepTask`, whose retries and time limit are those its step declares (`StepLimits`).
 """
 
 from __future__ import annotations
@@ -159,37 +159,42 @@ class AgentTask(StudioTask):
         return self.app.settings.agent_retries
 
 
-class AgentStepTask(AgentTask):
-    """A pipeline step that asks an agent (`mas.pipeline.runner.step_task`)."""
+class StepLimits(StudioTask):
+    """A pipeline step's retries and time limit, as its entry in the step table declares them
+    (`mas.domain.steps.Step`), read from the app's settings when the task runs."""
 
     #: The step this task runs (set per task by `step_task`).
     step: Step
     deliveries_counted_by_lease = True
 
+    @property
+    def max_retries(self) -> int:  # type: ignore[override]
+        return self.step.retries(self.app.settings)
 
-class GpuStepTask(StudioTask):
+    @property
+    def time_limit(self) -> float | None:
+        """None: the app's limit for every task (`task_time_limit`)."""
+        return None if self.step.time_limit is None else self.step.time_limit(self.app.settings)
+
+    @property
+    def soft_time_limit(self) -> float | None:
+        """A little before the hard limit, so the step can clean up (a partial render) before it is killed."""
+        limit = self.time_limit
+        return None if limit is None else int(limit * 0.97)
+
+
+class AgentStepTask(StepLimits, AgentTask):
+    """A pipeline step that asks an agent (`mas.pipeline.runner.step_task`)."""
+
+
+class GpuStepTask(StepLimits, StudioTask):
     """A pipeline step on the gpu worker (`mas.pipeline.runner.step_task`). A generator or grader that fails,
     hangs (past its soft time limit) or answers garbage is retried a few times, then the video is skipped with
     the reason; a `PermanentError` (a missing model, a refused workflow, invalid settings) would fail the same
     way again, so it skips the video at once; `Ignore` is a duplicate delivery, not an error."""
 
-    #: The step this task runs (set per task by `step_task`).
-    step: Step
-    deliveries_counted_by_lease = True
     autoretry_for = (Exception,)
     dont_autoretry_for = (Ignore, Reject, PermanentError, *DATABASE_AWAY)
-
-    @property
-    def max_retries(self) -> int:  # type: ignore[override]
-        return self.app.settings.step_retries
-
-    @property
-    def time_limit(self) -> float:
-        return self.app.settings.max_render_seconds
-
-    @property
-    def soft_time_limit(self) -> float:
-        return int(self.app.settings.max_render_seconds * 0.97)
 
 
 @after_setup_logger.connect

@@ -1,11 +1,10 @@
-"""The step table (`mas.domain.steps`) agrees with everything named after it: the StepName literal, the states
-enum, the task names and their packages, the Celery routes, pacing, and the state machine derived from it.
-A new step that misses one of these fails here. Pure code: no server."""
+"""The step table (`mas.domain.steps`) agrees with everything named after it: the states enum, the task names and
+their packages, the Celery routes and task options, pacing, and the state machine derived from it. A new step
+that misses one of these fails here. Pure code: no server."""
 
 from __future__ import annotations
 
 import importlib
-from typing import get_args
 
 import pytest
 
@@ -13,6 +12,7 @@ from mas import names
 from mas.config import Settings
 from mas.domain.states import TERMINAL, BatchStatus, VideoState
 from mas.domain.steps import (
+    AHEAD_OF_THE_GPU,
     ALLOWED,
     BY_STATE,
     FINISH,
@@ -20,7 +20,6 @@ from mas.domain.steps import (
     REFINE,
     STEP_STATES,
     STEPS,
-    StepName,
     StepPayload,
     after,
     message_priority,
@@ -28,7 +27,7 @@ from mas.domain.steps import (
 )
 from mas.errors import InvalidInput
 from mas.pipeline import pacing
-from mas.runtime.app import celery_config
+from mas.runtime.app import AgentStepTask, GpuStepTask, Studio, celery_config
 
 S = VideoState
 
@@ -39,16 +38,17 @@ def config(tmp_path, monkeypatch):
     return lambda **values: celery_config(Settings(**values))
 
 
-def test_the_literal_the_enum_and_the_table_name_the_same_steps():
-    assert list(get_args(StepName)) == [step.name for step in STEPS]
+def test_the_enum_and_the_table_name_the_same_steps():
     assert [step.state for step in STEPS] == [S.writing, S.rendering, S.grading, S.reviewing]
     assert set(VideoState) == {S.waiting, *STEP_STATES, *TERMINAL}
-    assert len({step.task for step in STEPS}) == len(STEPS) and len({step.state for step in STEPS}) == len(STEPS)
+    for unique in ("name", "task", "state"):
+        assert len({getattr(step, unique) for step in STEPS}) == len(STEPS), unique
+    assert all(len(state.value) <= 32 for state in VideoState)  # the column holds 32 characters
 
 
 @pytest.mark.parametrize("step", STEPS, ids=lambda step: step.name)
-def test_each_steps_task_is_a_named_task_of_a_registered_package(step):
-    assert step.task in vars(names).values()
+def test_each_steps_task_is_in_a_registered_package_and_named_by_nothing_else(step):
+    assert step.task not in vars(names).values()  # the table is the one place a step's task is named
     package = step.task.rsplit(".", 1)[0]
     assert package in names.TASK_PACKAGES
     assert importlib.util.find_spec(package) is not None
@@ -86,8 +86,22 @@ def test_after_and_order_follow_the_table():
     assert order(S.waiting) == -1 and [order(step.state) for step in STEPS] == [0, 1, 2, 3]
 
 
-def test_pacing_counts_only_live_step_states_ahead_of_the_gpus():
-    assert pacing.AHEAD <= STEP_STATES
+@pytest.mark.parametrize("step", STEPS, ids=lambda step: step.name)
+def test_a_steps_task_takes_the_retries_and_time_limit_its_entry_declares(tmp_path, monkeypatch, step):
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    settings = Settings(agent_retries=7, step_retries=4, max_render_seconds=1000, visibility_timeout_seconds=9000)
+    task = (GpuStepTask if step.on_gpu else AgentStepTask)()
+    task.bind(Studio(settings))
+    task.step = step
+    assert task.max_retries == step.retries(settings) == (4 if step.on_gpu else 7)
+    if step.time_limit is None:
+        assert task.time_limit is None and task.soft_time_limit is None
+    else:
+        assert task.time_limit == step.time_limit(settings) == 1000 and task.soft_time_limit == 970
+
+
+def test_pacing_counts_the_states_on_the_way_to_the_first_gpu_step():
+    assert AHEAD_OF_THE_GPU == {S.writing, S.rendering} <= STEP_STATES
     assert pacing.leaves_ahead(S.rendering, S.grading) and not pacing.leaves_ahead(S.writing, S.rendering)
     assert pacing.first_state("high") == S.writing and pacing.first_state("normal") == S.waiting
 
