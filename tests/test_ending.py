@@ -3,7 +3,6 @@ alone on real PostgreSQL rows; and no other module ends a video."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -157,18 +156,3 @@ def test_a_video_that_leaves_a_place_ahead_of_the_gpus_lets_the_next_one_through
         assert second.state == S.writing
 
 
-def test_no_module_but_ending_moves_a_video_to_a_final_state():
-    """states.fail and states.cancel are the moves to a final state; only the ending calls them."""
-    callers = set()
-    for package in ("mas", "tasks", "gpu"):
-        for path in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("fail", "cancel")
-                    and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id == "states"
-                ):
-                    callers.add(str(path.relative_to(ROOT)))
-    assert callers == {"mas/pipeline/ending.py"}

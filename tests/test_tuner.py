@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from gpu.dqa import DQAGrader
 from gpu.preference_model import METADATA_FILE, PROMPT_TEMPLATE, PreferenceModel, PreferencePair, promoted_adapter
 from gpu.residency import Residency
-from gpu.tuner import TunerConfig, load_pairs, split_heldout, tune
+from gpu.tuner import TunerConfig, load_pairs, tune
 from mas.db import session_scope
 from mas.models import ABSelection, ABTest, TasteModel, TrainedAdapter
 from tests.test_dqa import build_tiny_clip, concept_video, train_tokenizer
@@ -144,14 +144,6 @@ def test_dry_run_says_what_it_would_do(tuner_settings):
         assert session.scalar(sa.select(sa.func.count()).select_from(TrainedAdapter)) == 0
 
 
-def test_held_out_choices_are_fixed_by_selection_order():
-    pairs = [PreferencePair(selection_id=sid, concept="c", chosen=f"x{sid}", rejected=f"y{sid}{k}")
-             for sid in (3, 7, 9, 12, 20, 21, 30, 31) for k in range(2)]
-    train, heldout = split_heldout(pairs, every=4)
-    assert {p.selection_id for p in heldout} == {12, 31}  # the 4th and the 8th selection, both their pairs
-    assert len(train) == 12 and not {p.selection_id for p in train} & {12, 31}
-    later = PreferencePair(selection_id=40, concept="c", chosen="a", rejected="b")
-    assert split_heldout([*pairs, later], every=4)[1] == heldout  # a new choice moves nothing already held out
 
 
 def test_dpo_learns_the_taste_is_promoted_serves_grading_and_a_worse_adapter_is_not_promoted(

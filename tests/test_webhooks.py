@@ -287,9 +287,6 @@ def test_a_receiver_that_stays_down_backs_off_and_fails_while_its_batch_finishes
     assert {e.id for e in webhooks.failed(settings)} == {e.id for e in events}
 
 
-def test_backoff_doubles_from_two_seconds_up_to_an_hour():
-    for attempts, low, high in ((1, 1.6, 2.0), (2, 3.2, 4.0), (5, 25.6, 32.0), (12, 2880, 3600), (99, 2880, 3600)):
-        assert low <= webhooks.backoff_seconds(attempts) <= high
 
 
 def test_two_deliverers_at_once_send_each_event_once_and_each_batch_in_order(clean):
@@ -413,14 +410,3 @@ def test_notify_stores_the_batch_receiver_and_a_bad_url_or_missing_secret_stores
     assert (_count(clean, Batch), _count(clean, Schedule)) == (batches, schedules)
 
 
-def test_a_signing_secret_that_cannot_sign_is_refused_when_the_settings_are_read():
-    from pydantic import ValidationError
-
-    from mas.config import Settings
-
-    for bad in ("whsec_not*base64", "whsec_" + base64.b64encode(b"short").decode()):
-        with pytest.raises(ValidationError, match="MAS_WEBHOOK_SECRET"):
-            Settings(webhook_secret=bad)
-    with pytest.raises(ValidationError, match="needs MAS_WEBHOOK_SECRET"):
-        Settings(webhook_url="http://127.0.0.1:9/hook")
-    assert Settings(webhook_secret=SECRET).webhook_secret is not None

@@ -195,3 +195,20 @@ def test_importing_the_app_and_its_tasks_reads_no_settings():
         [sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env
     )
     assert result.returncode == 0, result.stderr.strip()[-600:]
+
+
+def test_no_module_but_ending_moves_a_video_to_a_final_state():
+    """states.fail and states.cancel are the moves to a final state; only the ending calls them."""
+    callers = set()
+    for package in ("mas", "tasks", "gpu"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("fail", "cancel")
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "states"
+                ):
+                    callers.add(str(path.relative_to(ROOT)))
+    assert callers == {"mas/pipeline/ending.py"}
