@@ -25,15 +25,15 @@ def schedule(settings: Settings) -> dict:
         # when no message carries it and no step of it has a live lease (MAS_LEASE_EXPIRY_SECONDS).
         "reconcile": {
             "task": names.RECONCILE,
-            "schedule": settings.reconcile_every_seconds,
-            "options": {"expires": settings.reconcile_every_seconds},  # a late run is dropped, not stacked
+            "schedule": settings.reliability.reconcile_every_seconds,
+            "options": {"expires": settings.reliability.reconcile_every_seconds},  # a late run is dropped, not stacked
         },
         # Webhook events wait in Postgres (the outbox, `mas webhooks`) until a receiver takes them: each run tries
         # the new ones and those whose backoff has passed.
         "deliver-webhooks": {
             "task": names.DELIVER_WEBHOOKS,
-            "schedule": settings.webhook_every_seconds,
-            "options": {"expires": settings.webhook_every_seconds},  # a late run is dropped, not stacked
+            "schedule": settings.webhooks.every_seconds,
+            "options": {"expires": settings.webhooks.every_seconds},  # a late run is dropped, not stacked
         },
         # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.
         "run-scheduled-batches": {"task": names.RUN_SCHEDULES, "schedule": 30.0},

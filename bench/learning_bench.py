@@ -174,12 +174,12 @@ def ab_case(rng: random.Random, user: SimulatedUser, concepts: tuple[str, ...], 
 def designed_cases(rng: random.Random, undesigned_rng: random.Random, user: SimulatedUser, settings: Settings,
                    *, variations: int) -> tuple[ABCase, ABCase]:
     """A training A/B test as the studio makes one, and the same without the design. The Director proposes
-    `variations * settings.ab_proposals` variations; `mas.learning.ab_design.offer` shows `variations` of them, chosen
-    on `settings.user`'s picks so far (`settings.ab_explore` of them at random). Without the design, the first
+    `variations * settings.ab.proposals` variations; `mas.learning.ab_design.offer` shows `variations` of them, chosen
+    on `settings.user`'s picks so far (`settings.ab.explore` of them at random). Without the design, the first
     proposals are shown (random ones); that user's picks are drawn from their own generator, so the studio's
     arm is the same with or without it."""
     concept = rng.choice(TRAIN_CONCEPTS)
-    proposals = draw_variations(rng, concept, variations * settings.ab_proposals)
+    proposals = draw_variations(rng, concept, variations * settings.ab.proposals)
     by_approach = {v.prompt.removeprefix(f"{concept}, "): v for v in proposals}
     plan = Plan(videos=[PlannedVideo(concept=concept, approach=a) for a in by_approach])
     shown = [by_approach[v.approach] for v in offer(plan, count=variations, settings=settings).videos]
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
     base = build_tiny_lm(data_dir / "tiny-llama", texts=texts)
     settings = Settings(data_dir=data_dir, database_url=args.database_url, preference_base_model_path=base,
                         min_preference_pairs=8, **({"ab_proposals": args.proposals} if args.proposals else {}))
-    args.proposals, args.explore = settings.ab_proposals, settings.ab_explore  # the report says how they were shown
+    args.proposals, args.explore = settings.ab.proposals, settings.ab.explore  # the report says how they were shown
     started = time.perf_counter()
     try:
         rows = [row for temperature in args.temperatures for seed in range(args.seeds)

@@ -756,9 +756,9 @@ def report(args, command: str, probe: PlanResult | None, plan: PlanResult, purge
         "until the worker's task-succeeded event of plan_batch arrives here.",
         "",
     ]
-    from mas.config import Settings
+    from mas.config import MemorySettings
 
-    default_cap = Settings.model_fields["core_block_max_chars"].default
+    default_cap = MemorySettings.model_fields["core_block_max_chars"].default
     if probe is not None:
         lines += [
             f"**With the project's default `MAS_CORE_BLOCK_MAX_CHARS` ({getattr(args, 'failed_cap', default_cap)}), plan_batch "
@@ -933,11 +933,11 @@ def main(argv: list[str] | None = None) -> None:
         if plan.outcome == "failed" and "BlockError" in plan.error:
             print(f"    failed with the default core block cap: {plan.error[:200]}", flush=True)
             probe = plan
-            args.failed_cap = settings.core_block_max_chars
+            args.failed_cap = settings.memory.core_block_max_chars
             purge_queues(settings, app)
             cap = str(args.core_block_max_chars)
             mas_env["MAS_CORE_BLOCK_MAX_CHARS"] = os.environ["MAS_CORE_BLOCK_MAX_CHARS"] = cap
-            settings.core_block_max_chars = args.core_block_max_chars  # this process's in-process profile
+            settings.memory.core_block_max_chars = args.core_block_max_chars  # this process's in-process profile
             print(f"   planning again with MAS_CORE_BLOCK_MAX_CHARS={cap}", flush=True)
             plan = plan_once(settings, app, events, child_env(mas_env), log_dir, args.videos, "plan-cap",
                              args.timeout)

@@ -151,15 +151,15 @@ class ComfyUIBackend:
 
     def __init__(self, *, settings: Settings, client: ComfyUIClient | None = None, timeout: float | None = None):
         """`client` and `timeout` default to what `settings` say; pass them to talk or wait differently."""
-        self.workflow = Workflow.load(path=settings.comfyui_workflow, nodes=settings.comfyui_nodes)
-        self.client = client or ComfyUIClient(url=settings.comfyui_url, retries=settings.comfyui_retries)
-        self.timeout = settings.max_render_seconds * TIMEOUT_SHARE if timeout is None else timeout
-        self.queue_ahead = settings.gpu_lookahead  # renders of this worker that may run before ours
+        self.workflow = Workflow.load(path=settings.comfyui.workflow, nodes=settings.comfyui.nodes)
+        self.client = client or ComfyUIClient(url=settings.comfyui.url, retries=settings.comfyui.retries)
+        self.timeout = settings.gpu.max_render_seconds * TIMEOUT_SHARE if timeout is None else timeout
+        self.queue_ahead = settings.gpu.lookahead  # renders of this worker that may run before ours
         self.size = {
-            "width": settings.video_width,
-            "height": settings.video_height,
-            "frames": settings.video_frames,
-            "fps": settings.video_fps,
+            "width": settings.video.width,
+            "height": settings.video.height,
+            "frames": settings.video.frames,
+            "fps": settings.video.fps,
         }
 
     def __call__(

@@ -41,7 +41,7 @@ class ModelPathError(PermanentError, FileNotFoundError):
 
 def model_folder(settings: Settings) -> Path:
     """The configured pipeline folder, checked: a worker should fail on its first task, not mid-render."""
-    path = settings.diffusers_model_path
+    path = settings.diffusers.model_path
     hint = "set MAS_DIFFUSERS_MODEL_PATH to a local LTX-2 diffusers folder"
     if path is None:
         raise ModelPathError(f"the diffusers backend has no model: {hint}")
@@ -67,44 +67,42 @@ class DiffusersBackend:
     def key(self) -> str:
         """The residency key: one resident pipeline per model folder, class, storage, offload and recipe."""
         s = self.settings
-        recipe = (
-            f"{s.diffusers_fp8}:{s.offload_mode}:{s.vae_tiling}:{s.diffusers_upsampler_path}:{s.diffusers_lora_path}"
-        )
-        return f"diffusers:{s.diffusers_pipeline}:{s.torch_dtype}:{s.diffusers_model_path}:{recipe}"
+        recipe = f"{s.diffusers.fp8}:{s.diffusers.offload_mode}:{s.diffusers.vae_tiling}:{s.diffusers.upsampler_path}:{s.diffusers.lora_path}"
+        return f"diffusers:{s.diffusers.pipeline}:{s.gpu.torch_dtype}:{s.diffusers.model_path}:{recipe}"
 
     @property
     def two_stage(self) -> bool:
-        return self.settings.diffusers_pipeline == "ltx2" and self.settings.diffusers_upsampler_path is not None
+        return self.settings.diffusers.pipeline == "ltx2" and self.settings.diffusers.upsampler_path is not None
 
     def pipeline(self) -> LTX2Stages:
         """The resident pipeline, loaded on first need (in the worker child, never at import)."""
-        return self.residency.get(self.key, loader=self._load, offload=self.settings.offload_mode)
+        return self.residency.get(self.key, loader=self._load, offload=self.settings.diffusers.offload_mode)
 
     def _load(self) -> LTX2Stages:
         import diffusers  # heavy; only the GPU worker needs it
 
         s = self.settings
-        compute = getattr(torch, s.torch_dtype)
-        pipeline_class = getattr(diffusers, PIPELINES[s.diffusers_pipeline])
+        compute = getattr(torch, s.gpu.torch_dtype)
+        pipeline_class = getattr(diffusers, PIPELINES[s.diffusers.pipeline])
         pipeline = pipeline_class.from_pretrained(model_folder(s), dtype=compute, local_files_only=True)
         pipeline.set_progress_bar_config(disable=True)  # progress goes to the task state instead
-        stages = LTX2Stages(pipeline=pipeline, offload_mode=s.offload_mode)
+        stages = LTX2Stages(pipeline=pipeline, offload_mode=s.diffusers.offload_mode)
         if self.two_stage:
             from diffusers.pipelines.ltx2 import LTX2LatentUpsamplePipeline, LTX2LatentUpsamplerModel
 
             upsampler = LTX2LatentUpsamplerModel.from_pretrained(
-                s.diffusers_upsampler_path, dtype=compute, local_files_only=True
+                s.diffusers.upsampler_path, dtype=compute, local_files_only=True
             )
             stages.upsample = LTX2LatentUpsamplePipeline(vae=pipeline.vae, latent_upsampler=upsampler)
             stages.upsample.set_progress_bar_config(disable=True)
-            if s.diffusers_lora_path is not None:
-                lora = s.diffusers_lora_path
+            if s.diffusers.lora_path is not None:
+                lora = s.diffusers.lora_path
                 pipeline.load_lora_weights(lora.parent, weight_name=lora.name, adapter_name=REFINE_ADAPTER)
                 pipeline.disable_lora()  # on for the refining steps only
                 stages.lora = True
-        if s.diffusers_fp8:
+        if s.diffusers.fp8:
             store_fp8([m for m in (pipeline.transformer, pipeline.text_encoder) if m is not None], compute)
-        if s.vae_tiling:
+        if s.diffusers.vae_tiling:
             pipeline.vae.enable_tiling()
         stages.place(self.residency.device)
         return stages
@@ -138,14 +136,14 @@ class DiffusersBackend:
         common: dict[str, Any] = {
             "prompt": prompt,
             "negative_prompt": negative_prompt,
-            "width": s.video_width,
-            "height": s.video_height,
-            "num_frames": s.video_frames,
-            "frame_rate": float(s.video_fps),
+            "width": s.video.width,
+            "height": s.video.height,
+            "num_frames": s.video.frames,
+            "frame_rate": float(s.video.fps),
             # a CPU generator draws the same noise for a seed on any device
             "generator": torch.Generator(device="cpu").manual_seed(seed),
         }
-        first = sampling(distilled=s.diffusers_distilled, steps=s.video_steps, guidance=s.video_guidance_scale)
+        first = sampling(distilled=s.diffusers.distilled, steps=s.video.steps, guidance=s.video.guidance_scale)
         if self.two_stage:
             result = two_stage(stages, first=first, common=common, on_step=on_step)
         else:
@@ -159,7 +157,7 @@ class DiffusersBackend:
         audio = getattr(result, "audio", None)
         rate = stages.pipeline.vocoder.config.output_sampling_rate if audio is not None else 0
         check_stop(should_stop, what)
-        write_mp4(frames=frames, fps=s.video_fps, output=output, audio=audio, audio_rate=rate)
+        write_mp4(frames=frames, fps=s.video.fps, output=output, audio=audio, audio_rate=rate)
         return output
 
 

@@ -67,28 +67,28 @@ class DQAGrader:
 
     def __post_init__(self) -> None:
         self.clip_folder()
-        grading.check_weights(self.settings.dqa_weights)
+        grading.check_weights(self.settings.quality.dqa_weights)
 
     def clip_folder(self) -> Path:
         return grading.model_folder(
-            self.settings.clip_model_path,
+            self.settings.quality.clip_model_path,
             variable="MAS_CLIP_MODEL_PATH",
             what="a CLIP-family model (e.g. openai/clip-vit-large-patch14)",
         )
 
     @property
     def dtype(self) -> torch.dtype:
-        return getattr(torch, self.settings.torch_dtype)
+        return getattr(torch, self.settings.gpu.torch_dtype)
 
     def clip(self) -> ClipScorer:
         folder = self.clip_folder()
-        key = f"dqa:clip:{self.settings.torch_dtype}:{folder}"
+        key = f"dqa:clip:{self.settings.gpu.torch_dtype}:{folder}"
         return self.residency.get(key, loader=lambda: ClipScorer.load(folder, dtype=self.dtype))
 
     def preference_model(self, user: str = DEFAULT_USER) -> PreferenceModel | None:
         """`user`'s promoted adapter on its base model, resident; None while preference is off (no
         MAS_PREFERENCE_BASE_MODEL_PATH) or no adapter of theirs has been promoted yet."""
-        if self.settings.preference_base_model_path is None:
+        if self.settings.quality.preference_base_model_path is None:
             return None
         base = preference_base(self.settings)
         adapter = promoted_adapter(self.settings.for_user(user), base=base)
@@ -109,7 +109,7 @@ class DQAGrader:
         decoded = decode_video(video)
         scorer = self.clip()
         frames = torch.from_numpy(decoded).to(scorer.device).permute(0, 3, 1, 2)  # uint8 on the device
-        sampled = frames[sample_indices(len(frames), self.settings.dqa_frames)].float().div(255)
+        sampled = frames[sample_indices(len(frames), self.settings.quality.dqa_frames)].float().div(255)
         measured = verify(scorer, sampled, prompt=prompt, config=self.config)  # Phase 1
         measured |= benchmark(frames, sampled, config=self.config)  # Phase 2
         measured |= multi_axis(measured)
@@ -122,7 +122,7 @@ class DQAGrader:
     ) -> tuple[dict[str, float], str]:
         """(scores, grade): the five axes, their sub-scores and `total`; the grade by mas.grading's cut-offs."""
         measured = self.measure(video=video, prompt=prompt, concept=concept, user=user)
-        return grading.synthesize(measured, weights=self.settings.dqa_weights)  # Phase 4, plain arithmetic
+        return grading.synthesize(measured, weights=self.settings.quality.dqa_weights)  # Phase 4, plain arithmetic
 
 
 # --- regrade: `mas grade VIDEO` -------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def regrade(settings: Settings, video_id: int, *, residency: Residency) -> Regra
     grader = DQAGrader(settings=settings, residency=residency)
     scores, grade = grader(video=path, prompt=attempt.prompt, concept=concept, user=user)
     stored = attempt.scores or {}
-    share = grading.effective_weights(settings.dqa_weights, present=[a for a in AXES if a in scores])
+    share = grading.effective_weights(settings.quality.dqa_weights, present=[a for a in AXES if a in scores])
     subs = {"benchmark": BENCHMARK_METRICS, "multi_axis": MULTI_AXES}
     rows: list[AxisRow] = []
     for axis in AXES:

@@ -22,7 +22,12 @@ if TYPE_CHECKING:
 
 
 @per_process(
-    key=lambda settings: (settings.vram_budget_gb, settings.video_backend, settings.comfyui_url, settings.gpu_device)
+    key=lambda settings: (
+        settings.gpu.vram_budget_gb,
+        settings.video.backend,
+        settings.comfyui.url,
+        settings.gpu.device,
+    )
 )
 def residency(settings: Settings) -> Residency:
     """The process's model residency manager, made on first use.
@@ -34,39 +39,39 @@ def residency(settings: Settings) -> Residency:
     """
     from gpu.residency import Residency, budget_of, worker_device
 
-    device = worker_device(settings.gpu_device)
+    device = worker_device(settings.gpu.device)
     return Residency(budget_bytes=budget_of(settings, device), device=device, on_before_load=_before_load(settings))
 
 
-@per_process(key=lambda settings: settings.priority_head_start_seconds)
+@per_process(key=lambda settings: settings.scheduling.priority_head_start_seconds)
 def gpu_turns(settings: Settings) -> GpuTurns:
     """The process's turns on its GPU: one holder at a time among the worker's threads."""
     from gpu.turns import GpuTurns
 
-    return GpuTurns(head_start_seconds=settings.priority_head_start_seconds)
+    return GpuTurns(head_start_seconds=settings.scheduling.priority_head_start_seconds)
 
 
 def _before_load(settings: Settings) -> Callable[[str], None] | None:
     """When ComfyUI renders on this GPU, ask it to give memory back before a local model loads."""
-    if settings.video_backend != "comfyui":
+    if settings.video.backend != "comfyui":
         return None
     from gpu.comfyui_client import ComfyUIClient
 
-    client = ComfyUIClient(url=settings.comfyui_url, retries=settings.comfyui_retries)
+    client = ComfyUIClient(url=settings.comfyui.url, retries=settings.comfyui.retries)
     return lambda key: client.free(unload_models=True, free_memory=True)  # noqa: ARG005
 
 
 def video_backend(settings: Settings) -> VideoBackend:
     """The backend named by MAS_VIDEO_BACKEND."""
-    if settings.video_backend == "preview":
+    if settings.video.backend == "preview":
         from gpu.preview import PreviewRenderer
 
-        return PreviewRenderer(seconds=settings.preview_render_seconds)
-    if settings.video_backend == "comfyui":
+        return PreviewRenderer(seconds=settings.video.preview_render_seconds)
+    if settings.video.backend == "comfyui":
         from gpu.comfyui import ComfyUIBackend
 
         return ComfyUIBackend(settings=settings)
-    if settings.video_backend == "diffusers":
+    if settings.video.backend == "diffusers":
         from gpu.diffusers_backend import DiffusersBackend
         from gpu.residency import GIB
         from mas.vram_plan import check_fits
@@ -76,13 +81,13 @@ def video_backend(settings: Settings) -> VideoBackend:
             check_fits(settings, budget_gb=manager.budget_bytes / GIB)
         return DiffusersBackend(settings=settings, residency=manager)
     raise InvalidSettings(
-        f"unknown video backend {settings.video_backend!r}; set MAS_VIDEO_BACKEND to preview, comfyui or diffusers"
+        f"unknown video backend {settings.video.backend!r}; set MAS_VIDEO_BACKEND to preview, comfyui or diffusers"
     )
 
 
 def grader(settings: Settings) -> Grader:
     """The grader named by MAS_GRADER: the offline preview stand-in, or DQA."""
-    if settings.grader == "dqa":
+    if settings.quality.grader == "dqa":
         from gpu.dqa import DQAGrader
 
         return DQAGrader(settings=settings, residency=residency(settings))

@@ -15,7 +15,7 @@ def ping(self, tag: str = "") -> dict:
     if importlib.util.find_spec("torch") is not None:
         import torch
 
-        configured = self.app.settings.gpu_device
+        configured = self.app.settings.gpu.device
         if configured.startswith("cuda") and torch.cuda.is_available():
             device = f"{configured}: {torch.cuda.get_device_name(torch.device(configured))}"
         elif not configured and torch.cuda.is_available():

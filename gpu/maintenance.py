@@ -29,7 +29,7 @@ def remove_partial_renders(settings: Settings) -> int:
     """Remove the partial files of renders that no live lease runs; one without a key once it is older
     than the longest render. Returns how many were removed."""
     live = leases.live_keys(settings)
-    cutoff = time.time() - settings.max_render_seconds
+    cutoff = time.time() - settings.gpu.max_render_seconds
     removed = 0
     for path in storage(settings).staging_root.glob("batch-*/*.partial.*"):
         found = _KEY.search(path.name)

@@ -160,7 +160,7 @@ def promoted_adapter(settings: Settings, *, base: Path) -> PromotedAdapter | Non
 def preference_base(settings: Settings) -> Path:
     """The configured base model folder (MAS_PREFERENCE_BASE_MODEL_PATH), checked; ModelMissing if not."""
     return model_folder(
-        settings.preference_base_model_path,
+        settings.quality.preference_base_model_path,
         variable="MAS_PREFERENCE_BASE_MODEL_PATH",
         what="the small causal LM that DPO adapters are trained on",
     )

@@ -211,8 +211,8 @@ def worker_device(configured: str = "") -> torch.device:
 
 def budget_of(settings: Settings, device: torch.device) -> int | None:
     """MAS_VRAM_BUDGET_GB (GiB) when set; else the CUDA device's total memory; on a CPU, unlimited."""
-    if settings.vram_budget_gb > 0:
-        return int(settings.vram_budget_gb * GIB)
+    if settings.gpu.vram_budget_gb > 0:
+        return int(settings.gpu.vram_budget_gb * GIB)
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return None

@@ -55,7 +55,7 @@ def regrade(self, video_id: int) -> dict:
 
     settings = self.app.settings
     with gpu_turns(settings).turn(
-        what=f"regrade of video {video_id}", priority="high", limit_seconds=settings.regrade_max_seconds
+        what=f"regrade of video {video_id}", priority="high", limit_seconds=settings.gpu.regrade_max_seconds
     ):
         return asdict(dqa_regrade(settings, video_id, residency=residency(settings)))
 
@@ -75,7 +75,7 @@ def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
             gpu_turns(settings).turn,
             what=f"DPO training for {name}",
             priority=priority_of(self),
-            limit_seconds=settings.tune_max_seconds,
+            limit_seconds=settings.gpu.tune_max_seconds,
         )
         report = run_tuner(settings.for_user(name), dry_run=dry_run, gpu_turn=turn)
         log.info("tune %s: %s%s", name, report.taste.reason + " " if report.taste else "", report.reason)
@@ -97,7 +97,7 @@ def publish_stats(sender=None, **_) -> None:
     turns = gpu_turns(settings)
     stats = {
         "worker": sender.request.hostname,
-        "device": settings.gpu_device or "default",
+        "device": settings.gpu.device or "default",
         "residency": asdict(residency(settings).stats()) if "gpu.residency" in sys.modules else None,
         "turns": turns.taken,
         "busy_seconds": turns.held_seconds,
@@ -172,26 +172,26 @@ class Render:
             )
             if backend.uses_this_gpu:
                 with gpu_turns(settings).turn(
-                    what=what, priority=run.priority, limit_seconds=settings.max_render_seconds
+                    what=what, priority=run.priority, limit_seconds=settings.gpu.max_render_seconds
                 ) as turn:
                     started = time.monotonic()
                     path = render(should_stop=lambda: turn.expired() or cancelled())
             else:  # the render server's queue is the line: this prompt waits there behind the running one
-                order = rank(run.priority, head_start_seconds=settings.priority_head_start_seconds)
+                order = rank(run.priority, head_start_seconds=settings.scheduling.priority_head_start_seconds)
                 path = render(should_stop=cancelled, order=order)
             check_video(path)  # read the first frame back, so a garbage file fails its render, not the grading
             os.replace(path, target)
         except RenderStopped:
             if turn is not None and turn.expired():
                 raise RenderTimedOut(
-                    f"the {what} ran past MAS_MAX_RENDER_SECONDS ({settings.max_render_seconds} s) and was stopped"
+                    f"the {what} ran past MAS_MAX_RENDER_SECONDS ({settings.gpu.max_render_seconds} s) and was stopped"
                 ) from None
             log.info("%s stopped: the video was cancelled", what)
             raise Ignore() from None
         except VideoUnreadable as exc:
             _forget_render(settings, run.video_id, run.attempt)  # the next try renders anew, not this file
             raise RenderUnplayable(
-                f"the {settings.video_backend} backend wrote a file that does not play: {exc}"
+                f"the {settings.video.backend} backend wrote a file that does not play: {exc}"
             ) from exc
         finally:
             progress.close()
@@ -205,7 +205,7 @@ class Render:
         row.output_path, row.render_seconds, row.backend = (
             rendered.location,
             rendered.seconds,
-            run.settings.video_backend,
+            run.settings.video.backend,
         )
         return Outcome(state=run.step.next_state)
 
@@ -267,7 +267,7 @@ class Grade:
             if path is None:
                 raise VideoUnreadable(f"the rendered file {job.location!r} is not in the storage")
             with gpu_turns(run.settings).turn(
-                what=what, priority=run.priority, limit_seconds=run.settings.max_render_seconds
+                what=what, priority=run.priority, limit_seconds=run.settings.gpu.max_render_seconds
             ):
                 scores, grade = grader(run.settings)(video=path, prompt=job.prompt, concept=job.concept, user=job.user)
         except VideoUnreadable as exc:  # a broken render is graded F, so review renders it again
@@ -276,7 +276,7 @@ class Grade:
 
     def record(self, run: StepRun, session: Session, video: Video, grading: Grading) -> Outcome:
         row = states.attempt_row(session, video.id, run.attempt)
-        row.scores, row.grade, row.grader = grading.scores, grading.grade, run.settings.grader
+        row.scores, row.grade, row.grader = grading.scores, grading.grade, run.settings.quality.grader
         row.failure_reasons, row.finished_at = grading.reasons, sa.func.now()
         return Outcome(state=run.step.next_state)
 

@@ -335,20 +335,20 @@ def tune(
         "pairs": len(pairs),
         "train_pairs": len(train),
         "heldout_pairs": len(heldout),
-        "needed_pairs": settings.min_preference_pairs,
+        "needed_pairs": settings.quality.min_preference_pairs,
     }
-    if len(pairs) < settings.min_preference_pairs or not train or not heldout:
+    if len(pairs) < settings.quality.min_preference_pairs or not train or not heldout:
         reason = (
-            f"{settings.user}: {len(pairs)} preference pairs from A/B choices; {settings.min_preference_pairs} needed "
+            f"{settings.user}: {len(pairs)} preference pairs from A/B choices; {settings.quality.min_preference_pairs} needed "
             f"(MAS_MIN_PREFERENCE_PAIRS), with at least {config.heldout_every} choices so one can be held out. "
             "The studio default serves this user meanwhile (no preference: every variation expected equally, "
             "no preference axis in grading). Run more A/B tests and pick winners (`mas pick`), then tune "
             "again. Nothing was trained."
         )
-        if settings.preference_base_model_path is None:
+        if settings.quality.preference_base_model_path is None:
             reason += " DPO adapters also need MAS_PREFERENCE_BASE_MODEL_PATH (a local causal LM), which is not set."
         return TuneReport(taste=None, trained=False, promoted=False, reason=reason, **counts)
-    base = preference_base(settings) if settings.preference_base_model_path is not None else None
+    base = preference_base(settings) if settings.quality.preference_base_model_path is not None else None
     if dry_run:
         backend = "unsloth" if config.use_unsloth and fast_path_available() else "peft + trl"
         if base is None:

@@ -72,7 +72,7 @@ def _engine(url: str, keepalive_s: int) -> sa.Engine:
 def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
     """The engine for this settings' database (embedded server started if `start`), one per process and
     address: the embedded server's address is asked each time, as a restart may move it."""
-    return _engine(services.database_url(settings, start=start), settings.database_keepalive_seconds)
+    return _engine(services.database_url(settings, start=start), settings.database.keepalive_seconds)
 
 
 def check_connection(eng: sa.Engine) -> None:

@@ -26,7 +26,7 @@ was accepted, failed for good or was cancelled; an A/B test's variations are all
 
 def receivers(settings: Settings, batch: Batch) -> list[str]:
     """Where a batch's events go: the studio's receiver and the request's own, each once."""
-    return [url for url in dict.fromkeys([settings.webhook_url, batch.notify_url]) if url]
+    return [url for url in dict.fromkeys([settings.webhooks.url, batch.notify_url]) if url]
 
 
 def record(session: Session, settings: Settings, *, type: EventType, batch: Batch, data: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from mas import grades
 from mas.errors import InvalidInput, InvalidSettings, PermanentError, StudioError
 
 AXES = ("semantic", "spatial", "benchmark", "preference", "multi_axis")
-"""The weighted axes, in the order of `Settings.dqa_weights` (w1..w5)."""
+"""The weighted axes, in the order of `QualitySettings.dqa_weights` (w1..w5)."""
 
 BENCHMARK_METRICS = ("subject_consistency", "motion_smoothness", "dynamic_degree", "imaging_quality")
 """Sub-scores of `benchmark`, each in [0, 1], in the spirit of VBench's quality dimensions."""

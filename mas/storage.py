@@ -201,14 +201,14 @@ def video_key(*, batch_id: int, video_id: int, attempt: int) -> str:
 
 def storage(settings: Settings) -> Storage:
     """The storage `settings` name (one S3 client per process and bucket)."""
-    if not settings.storage_url:
+    if not settings.storage.url:
         return FolderStorage(settings.videos_dir)
     return _s3(settings)
 
 
-@per_process(key=lambda settings: (settings.storage_url, settings.s3_endpoint_url, settings.data_dir))
+@per_process(key=lambda settings: (settings.storage.url, settings.storage.s3_endpoint_url, settings.data_dir))
 def _s3(settings: Settings) -> S3Storage:
-    parts = urlsplit(settings.storage_url or "")
+    parts = urlsplit(settings.storage.url or "")
     if parts.scheme != "s3" or not parts.netloc:
         raise InvalidSettings("MAS_STORAGE_URL must be s3://BUCKET[/PREFIX] (or unset for the output folder)")
     try:
@@ -216,12 +216,12 @@ def _s3(settings: Settings) -> S3Storage:
         from botocore.config import Config
     except ImportError as exc:
         raise InvalidSettings("MAS_STORAGE_URL=s3://... needs boto3: pip install 'mas[s3]'") from exc
-    secret = settings.s3_secret_access_key
+    secret = settings.storage.s3_secret_access_key
     client = boto3.client(
         "s3",
-        endpoint_url=settings.s3_endpoint_url,
-        region_name=settings.s3_region,
-        aws_access_key_id=settings.s3_access_key_id,
+        endpoint_url=settings.storage.s3_endpoint_url,
+        region_name=settings.storage.s3_region,
+        aws_access_key_id=settings.storage.s3_access_key_id,
         aws_secret_access_key=secret.get_secret_value() if secret else None,
         config=Config(
             signature_version="s3v4",

@@ -90,17 +90,17 @@ class Recipe:
 
 def recipe_of(settings: Settings) -> Recipe:
     return Recipe(
-        width=settings.video_width,
-        height=settings.video_height,
-        frames=settings.video_frames,
-        fps=settings.video_fps,
-        two_stage=settings.diffusers_upsampler_path is not None,
-        guidance=1.0 if settings.diffusers_distilled else settings.video_guidance_scale,
-        dtype=settings.torch_dtype,
-        fp8=settings.diffusers_fp8,
-        offload=settings.offload_mode,
-        vae_tiling=settings.vae_tiling,
-        dqa=settings.grader == "dqa",
+        width=settings.video.width,
+        height=settings.video.height,
+        frames=settings.video.frames,
+        fps=settings.video.fps,
+        two_stage=settings.diffusers.upsampler_path is not None,
+        guidance=1.0 if settings.diffusers.distilled else settings.video.guidance_scale,
+        dtype=settings.gpu.torch_dtype,
+        fp8=settings.diffusers.fp8,
+        offload=settings.diffusers.offload_mode,
+        vae_tiling=settings.diffusers.vae_tiling,
+        dqa=settings.quality.grader == "dqa",
     )
 
 
@@ -290,8 +290,8 @@ class DoesNotFit(InvalidSettings):
 def check_fits(settings: Settings, *, budget_gb: float | None = None) -> None:
     """Refuse, in one line, an in-process LTX-2 configuration that cannot fit the budget (MAS_VRAM_BUDGET_GB
     unless given; no budget, no check)."""
-    budget = settings.vram_budget_gb if budget_gb is None else budget_gb
-    if settings.video_backend != "diffusers" or settings.diffusers_pipeline != "ltx2" or budget <= 0:
+    budget = settings.gpu.vram_budget_gb if budget_gb is None else budget_gb
+    if settings.video.backend != "diffusers" or settings.diffusers.pipeline != "ltx2" or budget <= 0:
         return
     recipe = recipe_of(settings)
     worst = peak(recipe)

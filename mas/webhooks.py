@@ -93,10 +93,10 @@ class _Claimed:
 
 def signer(settings: Settings) -> Webhook:
     """The Standard Webhooks signer of MAS_WEBHOOK_SECRET."""
-    if settings.webhook_secret is None:
+    if settings.webhooks.secret is None:
         raise SigningSecretUnusable("webhook events wait to be delivered but MAS_WEBHOOK_SECRET is not set")
     try:
-        return Webhook(settings.webhook_secret.get_secret_value())
+        return Webhook(settings.webhooks.secret.get_secret_value())
     except (ValueError, EmptyWebhookSecretError):
         raise SigningSecretUnusable("MAS_WEBHOOK_SECRET must be whsec_ followed by base64 (of random bytes)") from None
 
@@ -121,7 +121,7 @@ def deliver_due(settings: Settings, *, limit: int = 50) -> DeliveryReport:
     if not claimed:
         return report
     with (
-        httpx.Client(timeout=settings.webhook_timeout_seconds, headers={"user-agent": "mas-webhooks"}) as client,
+        httpx.Client(timeout=settings.webhooks.timeout_seconds, headers={"user-agent": "mas-webhooks"}) as client,
         ThreadPoolExecutor(max_workers=min(MAX_SENDERS, len(claimed))) as pool,
     ):
         errors = list(pool.map(lambda event: _send(client, webhook, event), claimed))
@@ -158,7 +158,7 @@ def _claim(settings: Settings, *, limit: int) -> list[_Claimed]:
     """Lock the due events and move their next try past this send (committed at once: no transaction stays
     open while receivers are called)."""
     waves = -(-limit // MAX_SENDERS)
-    hold = timedelta(seconds=waves * settings.webhook_timeout_seconds + CLAIM_MARGIN_S)
+    hold = timedelta(seconds=waves * settings.webhooks.timeout_seconds + CLAIM_MARGIN_S)
     with session_scope(settings) as session:
         rows = session.scalars(_due(limit)).all()
         claimed = [_Claimed(seq=r.seq, id=r.id, url=r.url, payload=r.payload, attempts=r.attempts) for r in rows]
@@ -198,7 +198,7 @@ def _record(session, settings: Settings, event: _Claimed, error: str | None, rep
     if error is None:
         values["delivered_at"] = sa.func.now()
         report.delivered.append(event.id)
-    elif tries >= settings.webhook_max_attempts:
+    elif tries >= settings.webhooks.max_attempts:
         values.update(failed_at=sa.func.now(), last_error=error)
         report.failed.append(event.id)
         log.warning("webhook %s to %s given up after %d tries: %s", event.id, redact_url(event.url), tries, error)

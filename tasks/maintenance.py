@@ -20,7 +20,7 @@ def maintain_buffers(self) -> list[dict]:
     """
     settings = self.app.settings
     actions = recall.maintain(settings)
-    if settings.agent_backend == "letta":
+    if settings.agents.backend == "letta":
         from mas.agents.letta import maintain
 
         actions += maintain(settings)
@@ -41,7 +41,7 @@ AGAIN_ON_LOST_CONNECTION = {
 def reconcile(self) -> dict:
     """Re-send work Postgres says is unfinished but no message carries; skip videos stuck for too long."""
     settings = self.app.settings
-    report = recovery.reconcile(settings, older_than=settings.reconcile_after_seconds)
+    report = recovery.reconcile(settings, older_than=settings.reliability.reconcile_after_seconds)
     return asdict(report)
 
 

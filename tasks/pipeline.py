@@ -228,7 +228,7 @@ class Write:
                 prompt=draft.prompt,
                 negative_prompt=draft.negative_prompt,
                 seed=draft.seed,
-                backend=run.settings.video_backend,
+                backend=run.settings.video.backend,
                 prompt_source=draft.source,
                 studio_notes=[f"prompt: {draft.note}"] if draft.note else [],
                 style_check=written.style_check,

@@ -78,11 +78,11 @@ class CeleryWorker(CeleryProcess):
         self, *, kind: str, name: str, env: dict[str, str], log_dir: Path, concurrency: int = 1,
         extra_args: Sequence[str] = (),
     ) -> None:
-        from mas.config import Settings
+        from mas.config import GpuSettings
         from mas.names import WORKER_QUEUES
 
         if kind == "gpu":  # as `mas worker --queue gpu`: one process, 1 + lookahead threads
-            lookahead = int(env.get("MAS_GPU_LOOKAHEAD", Settings.model_fields["gpu_lookahead"].default))
+            lookahead = int(env.get("MAS_GPU_LOOKAHEAD", GpuSettings.model_fields["lookahead"].default))
             pool = ["-P", "threads", "-c", str(1 + lookahead)]
         else:
             pool = ["-P", "prefork", "-c", str(concurrency)]

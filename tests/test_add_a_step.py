@@ -25,8 +25,8 @@ UPSCALE_STEP = '''    Step(
         state=S.upscaling,
         leads_to=(S.grading,),
         work="the upscaler doubles the render's size",
-        retries=lambda settings: settings.step_retries,
-        time_limit=lambda settings: settings.max_render_seconds,
+        retries=lambda settings: settings.gpu.step_retries,
+        time_limit=lambda settings: settings.gpu.max_render_seconds,
         on_gpu=True,
     ),
 '''

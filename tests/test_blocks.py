@@ -103,4 +103,4 @@ def test_a_long_history_of_feedback_stays_within_the_blocks_cap(clean):
     stored = blocks.read(clean, "user_style")
     assert ("violet", "liked") in {(i["words"], i["polarity"]) for i in stored["ITEMS"]}
     assert stored["ITEMS"][-1]["feedback"] == "I love violet and slow shots" and stored["ITEM_HISTORY"]
-    assert len(json.dumps(stored)) <= clean.core_block_max_chars
+    assert len(json.dumps(stored)) <= clean.memory.core_block_max_chars

@@ -93,8 +93,8 @@ def test_routing_by_package(settings):
     assert router.route({}, "tasks.pipeline.plan_batch")["queue"].name == "cpu"
     conf = app.conf
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
-    assert conf.broker_transport_options["visibility_timeout"] > settings.max_render_seconds
-    assert conf.result_backend_transport_options["visibility_timeout"] > settings.max_render_seconds
+    assert conf.broker_transport_options["visibility_timeout"] > settings.gpu.max_render_seconds
+    assert conf.result_backend_transport_options["visibility_timeout"] > settings.gpu.max_render_seconds
     assert conf.accept_content == ["json"]
 
 
@@ -213,13 +213,13 @@ def test_a_step_lease_counts_only_take_overs_from_a_dead_holder(clean):
     assert first is not None and first.claims == 1
     assert leases.claim(clean, **where) is None  # held and alive: another delivery leaves it alone
     leases.release(clean, first)
-    for _ in range(clean.max_deliveries + 2):  # ended normally each time: never counted
+    for _ in range(clean.reliability.max_deliveries + 2):  # ended normally each time: never counted
         again = leases.claim(clean, **where)
         assert again is not None and again.claims == 1
         leases.check_claims(clean, again)
         leases.release(clean, again)
     assert leases.claim(clean, **where) is not None  # held again: now its holder dies, again and again
-    for died in range(1, clean.max_deliveries + 1):  # the holder dies: its heartbeat stops, the next takes over
+    for died in range(1, clean.reliability.max_deliveries + 1):  # the holder dies: its heartbeat stops, the next takes over
         with db.session_scope(clean) as s:
             s.execute(sa.text("update step_leases set heartbeat_at = now() - interval '1 day' where video_id = :v"),
                       {"v": vid})
@@ -251,7 +251,7 @@ def test_a_restarted_worker_and_recover_take_over_the_leases_of_holders_that_are
     assert leases.expire_unanswered(clean, answering={"gpu@a", "cpu@c"}) == set()  # no beat missed yet
     with db.session_scope(clean) as s:
         s.execute(sa.text("update step_leases set heartbeat_at = heartbeat_at - make_interval(secs => :s)"),
-                  {"s": 2 * clean.lease_heartbeat_seconds})
+                  {"s": 2 * clean.reliability.lease_heartbeat_seconds})
     assert leases.expire_unanswered(clean, answering={"gpu@a", "cpu@c"}) == {vids[2]}  # gpu@b is gone or cut off
     assert leases.running(clean) == {vids[1], vids[3]}
     # what `mas status` and `mas enqueue --wait` show meanwhile: the steps whose worker stopped beating

@@ -296,7 +296,7 @@ def test_provisioning_creates_the_studio_once(letta_settings, api, provisioned):
         assert agent.name == role.replace(".", "_") and set(agent.tags) >= {"mas", f"mas:{role.split('.')[0]}"}
         assert {b.label: b.id for b in agent.blocks if b.label in SCHEMAS} == provisioned.blocks
         assert agent.managed_group.manager_type == "sleeptime"
-        assert backend.sleeptime_frequency(api, ids.group_id) == letta_settings.sleeptime_frequency == 5
+        assert backend.sleeptime_frequency(api, ids.group_id) == letta_settings.memory.sleeptime_frequency == 5
         assert len(ids.sleeptime_ids) == 1
         companion = api.agents.retrieve(ids.sleeptime_ids[0], include=["agent.blocks"])
         assert companion.name == f"{agent.name}-sleeptime" and companion.message_buffer_autoclear is True
@@ -344,7 +344,7 @@ def test_status_reports_agents_blocks_counts_and_frequency_without_the_token(let
         assert agent.in_context >= 1 and agent.sleeptime_frequency == 5
         assert [c.autoclear for c in agent.companions] == [True]
         assert agent.block_ids == provisioned.blocks
-    token = letta_settings.letta_token.get_secret_value()
+    token = letta_settings.letta.token.get_secret_value()
     assert token not in repr(state) and token not in json.dumps(asdict(state), default=str)
 
 

@@ -145,7 +145,7 @@ def test_calls_of_one_role_run_at_once_on_the_real_model_and_never_mix(clean, re
         assert call.exception() is None or isinstance(call.exception(), LLMReplyError), call.exception()
     assert len(answered) >= 2, [str(call.exception()) for call in calls]
     exchanges = 0
-    for talk in recall.conversations("writer", settings.agent_conversations):
+    for talk in recall.conversations("writer", settings.agents.conversations):
         roles = [m.role for m in recall.context(settings, talk).messages]
         assert roles == ["user", "assistant"] * (len(roles) // 2), talk
         exchanges += len(roles) // 2

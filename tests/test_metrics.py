@@ -29,7 +29,7 @@ from mas.reports.metrics import FIGURES
 from mas.reports.queries import gpu_summary
 from tests.parts import need
 from tests.studio import IsolatedStudio
-from tests.test_compose import dashboard_queries
+from tests.unit.test_dashboard import dashboard_queries
 
 PROMETHEUS = shutil.which("prometheus")
 USER, PASSWORD = "scraper", "not-a-real-secret"

@@ -107,7 +107,7 @@ def test_a_batch_larger_than_the_write_ahead_never_runs_ahead_of_the_gpus(clean)
             "create trigger count_ahead after insert or update on videos for each statement execute function count_ahead()"
         ))
     try:
-        count = clean.write_ahead + 4
+        count = clean.scheduling.write_ahead + 4
         batch_id = enqueue(f"Create {count} videos of mythical creatures")
         wait_batch(clean, batch_id, timeout=300)
         with engine.connect() as conn:
@@ -117,7 +117,7 @@ def test_a_batch_larger_than_the_write_ahead_never_runs_ahead_of_the_gpus(clean)
             conn.execute(sa.text("drop trigger if exists count_ahead on videos"))
             conn.execute(sa.text("drop function if exists count_ahead()"))
             conn.execute(sa.text("drop table if exists ahead_seen"))
-    assert max(seen) == clean.write_ahead  # full, and never more new videos
+    assert max(seen) == clean.scheduling.write_ahead  # full, and never more new videos
     assert len(videos_of(clean, batch_id)) == count
     assert all(v.state in (S.accepted, S.failed) for v in videos_of(clean, batch_id))
 

@@ -133,7 +133,7 @@ def test_task_that_kills_its_worker_is_quarantined(studio):
     with pytest.raises(Exception, match="given up"):  # given up, not looping
         result.get(timeout=120)
     deliveries = int(redis_client(studio.settings).get(f"mas:deliveries:{result.id}:0"))
-    assert deliveries == studio.settings.max_deliveries + 1
+    assert deliveries == studio.settings.reliability.max_deliveries + 1
     assert cpu.proc.poll() is None  # the worker itself survives its children's deaths
     assert "giving it up" in cpu.log.read_text()
 
@@ -151,7 +151,7 @@ def test_gpu_worker_goes_on_after_failure_handlers_that_fail(studio):
     from tests.crashing_tasks import FAIL_TWICE_TASK
 
     app = Studio(studio.settings)
-    failing = [app.send_task(FAIL_TWICE_TASK) for _ in range(2 * (1 + studio.settings.gpu_lookahead))]
+    failing = [app.send_task(FAIL_TWICE_TASK) for _ in range(2 * (1 + studio.settings.gpu.lookahead))]
     for result in failing:
         with pytest.raises(RuntimeError):
             result.get(timeout=60)

@@ -40,7 +40,7 @@ def test_an_ab_concept_is_taken_whole_and_runs_at_the_ab_priority(clean):
     assert request_of(batch) == ProductionRequest(
         kind="ab", count=4, theme="a fox: 3 variations of a 2-part series", text=batch.request,
     )
-    assert batch.priority == clean.ab_priority
+    assert batch.priority == clean.ab.priority
 
 
 def test_a_schedule_keeps_its_request_priority_and_user(clean):

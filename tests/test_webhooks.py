@@ -159,7 +159,7 @@ def _lease_lapsed(studio: IsolatedStudio, lease: StepLease) -> bool:
             )
         )
         now = s.scalar(sa.select(sa.func.now()))
-    return heartbeat is None or (now - heartbeat).total_seconds() > studio.settings.lease_expiry_seconds
+    return heartbeat is None or (now - heartbeat).total_seconds() > studio.settings.reliability.lease_expiry_seconds
 
 
 def _all_delivered(studio: IsolatedStudio, batch_id: int) -> bool:
@@ -258,7 +258,7 @@ def test_a_receiver_that_stays_down_backs_off_and_fails_while_its_batch_finishes
     assert {e.url for e in events} == {down} and not [e for e in events if e.delivered_at]
 
     backed_off = set()  # the tries after which a wait was checked
-    for _ in range(3 * settings.webhook_max_attempts):
+    for _ in range(3 * settings.webhooks.max_attempts):
         with db.session_scope(settings) as s:  # the backoff is what is checked here: skip waiting it out
             s.execute(
                 sa.update(WebhookEvent).where(WebhookEvent.batch_id == batch_id).values(next_attempt_at=sa.func.now())

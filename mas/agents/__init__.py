@@ -16,7 +16,7 @@ def backend(settings: Settings, *, rank: Ranker | None = None) -> Agents:
     """The agents configured by MAS_AGENT_BACKEND. `rank` scores the Writer's candidate prompts by the user's
     taste (`mas.learning.promotion.ranker`, which learning, a room above, hands down); without it the model's
     first candidate wins."""
-    if settings.agent_backend == "offline":
+    if settings.agents.backend == "offline":
         from mas.agents.offline import (
             OfflineCameraman,
             OfflineConsolidator,
@@ -26,16 +26,16 @@ def backend(settings: Settings, *, rank: Ranker | None = None) -> Agents:
 
         return Agents(
             director=OfflineDirector(),
-            writer=OfflineWriter(seconds=settings.offline_agent_seconds),
-            cameraman=OfflineCameraman(seconds=settings.offline_agent_seconds),
+            writer=OfflineWriter(seconds=settings.agents.offline_seconds),
+            cameraman=OfflineCameraman(seconds=settings.agents.offline_seconds),
             consolidator=OfflineConsolidator(),
         )
-    if settings.agent_backend == "letta":
+    if settings.agents.backend == "letta":
         from mas.agents.letta import letta_agents
 
         return letta_agents(settings)
-    if settings.agent_backend == "llm":
+    if settings.agents.backend == "llm":
         from mas.agents.llm import llm_agents
 
         return llm_agents(settings, rank=rank)
-    raise InvalidSettings(f"unknown agent backend {settings.agent_backend!r}; use offline, letta or llm")
+    raise InvalidSettings(f"unknown agent backend {settings.agents.backend!r}; use offline, letta or llm")

@@ -27,7 +27,7 @@ TURN_TIMEOUT_S = 600
 
 def of_role(settings: Settings, role: str) -> tuple[str, ...]:
     """The conversations `role` holds."""
-    return recall.conversations(role, settings.agent_conversations)
+    return recall.conversations(role, settings.agents.conversations)
 
 
 @contextmanager
@@ -65,6 +65,6 @@ def endpoint_slot(settings: Settings, *, lock: bool = True) -> Iterator[None]:
     if not lock:
         yield
         return
-    slots = [names.endpoint_slot(settings.llm_url, i) for i in range(settings.llm_max_in_flight)]
+    slots = [names.endpoint_slot(settings.llm.url, i) for i in range(settings.llm.max_in_flight)]
     with locks.held_any(db.ready_engine(settings), slots, timeout_s=TURN_TIMEOUT_S):
         yield

@@ -69,27 +69,25 @@ def _waiting(settings: Settings) -> str | None:
 
     app, client = app_for(settings), redis_client(settings)
     waiting = sum(client.llen(key) for queue in app.conf.task_queues for key in queue_keys(app, queue.name))
-    if waiting > settings.ready_max_waiting:
-        return (
-            f"{waiting} tasks wait, more than MAS_READY_MAX_WAITING ({settings.ready_max_waiting}): the studio is full"
-        )
+    if waiting > settings.service.ready_max_waiting:
+        return f"{waiting} tasks wait, more than MAS_READY_MAX_WAITING ({settings.service.ready_max_waiting}): the studio is full"
     return None
 
 
 def _video_backend(settings: Settings) -> str | None:
-    if settings.video_backend != "comfyui":
+    if settings.video.backend != "comfyui":
         return None  # the preview and in-process backends live in the gpu worker, which `workers` asks
-    httpx.get(f"{settings.comfyui_url.rstrip('/')}/system_stats", timeout=TIMEOUT_S).raise_for_status()
+    httpx.get(f"{settings.comfyui.url.rstrip('/')}/system_stats", timeout=TIMEOUT_S).raise_for_status()
     return None
 
 
 def _agents(settings: Settings) -> str | None:
-    if settings.agent_backend == "llm":
-        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    if settings.agents.backend == "llm":
+        key = settings.llm.api_key.get_secret_value() if settings.llm.api_key else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        httpx.get(f"{settings.llm_url.rstrip('/')}/models", headers=headers, timeout=TIMEOUT_S).raise_for_status()
-    elif settings.agent_backend == "letta":
-        httpx.get(f"{settings.letta_url.rstrip('/')}/v1/health/", timeout=TIMEOUT_S).raise_for_status()
+        httpx.get(f"{settings.llm.url.rstrip('/')}/models", headers=headers, timeout=TIMEOUT_S).raise_for_status()
+    elif settings.agents.backend == "letta":
+        httpx.get(f"{settings.letta.url.rstrip('/')}/v1/health/", timeout=TIMEOUT_S).raise_for_status()
     return None
 
 

@@ -59,8 +59,8 @@ def load_settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        where = f"MAS_{field.upper()}" if field else "settings"
+        field = str(first["loc"][-1]) if first["loc"] else ""  # a group's value: its variable, MAS_...
+        where = field if field.startswith("MAS_") else f"MAS_{field.upper()}" if field else "settings"
         raise InvalidSettings(f"invalid {where}: {visible(first['msg'])}") from None
     except SettingsError as exc:  # a complex setting (a JSON one) that does not parse
         cause = exc.__cause__ or exc

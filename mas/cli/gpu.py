@@ -34,7 +34,7 @@ def gpu() -> None:
 def plan(settings: Settings, vram_gb: float | None, stages: str | None) -> None:
     """Which weight storage, offload and VAE tiling settings fit VRAM_GB for the configured render (size, frames,
     dtype, guidance) and DQA grading, and each phase's peak under the configured settings."""
-    budget = vram_gb or settings.vram_budget_gb or 24.0
+    budget = vram_gb or settings.gpu.vram_budget_gb or 24.0
     recipe = replace(vram_plan.recipe_of(settings), dqa=True)  # a gpu worker may grade with DQA too
     if stages is not None:
         recipe = replace(recipe, two_stage=stages == "2")

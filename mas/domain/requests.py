@@ -163,8 +163,8 @@ def _check_storable(value: object, what: str) -> None:
 
 
 def _check_length(text: str, what: str, settings: Settings) -> None:
-    if len(text) > settings.max_request_chars:
-        raise RequestError(f"{what} is {len(text)} characters long; the limit is {settings.max_request_chars}")
+    if len(text) > settings.service.max_request_chars:
+        raise RequestError(f"{what} is {len(text)} characters long; the limit is {settings.service.max_request_chars}")
     _check_storable(text, what)
 
 
@@ -179,9 +179,9 @@ def _part(value: str, what: str, settings: Settings) -> str:
 
 def _check_count(count: int, settings: Settings) -> None:
     """The configured limit on videos per request (the others hold for every request)."""
-    if count > settings.max_batch_videos:
+    if count > settings.service.max_batch_videos:
         raise RequestError(
-            f"{count} videos is above the limit of {settings.max_batch_videos} per request "
+            f"{count} videos is above the limit of {settings.service.max_batch_videos} per request "
             "(MAS_MAX_BATCH_VIDEOS); split it or raise the limit"
         )
 

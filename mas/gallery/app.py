@@ -74,8 +74,8 @@ class GalleryError(InvalidSettings, ValueError):
 
 def credentials(settings: Settings) -> tuple[str, str] | None:
     """(user, password) when basic auth is configured, None when not; half a pair is an error."""
-    user = settings.gallery_user or ""
-    password = settings.gallery_password.get_secret_value() if settings.gallery_password else ""
+    user = settings.service.gallery_user or ""
+    password = settings.service.gallery_password.get_secret_value() if settings.service.gallery_password else ""
     if bool(user) != bool(password):
         raise GalleryError("set both MAS_GALLERY_USER and MAS_GALLERY_PASSWORD, or neither")
     return (user, password) if user else None
@@ -89,7 +89,7 @@ def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> 
     reaching it through DNS rebinding.
     """
     loopback = is_loopback(host)
-    if not loopback and credentials(settings) is None and settings.api_token is None:
+    if not loopback and credentials(settings) is None and settings.service.api_token is None:
         raise GalleryError(
             f"refusing to serve the gallery on {host} without credentials: set MAS_GALLERY_USER and "
             "MAS_GALLERY_PASSWORD (or MAS_API_TOKEN), or serve on 127.0.0.1"
@@ -230,7 +230,7 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Middleware(
                 _Gate,
                 login=login,
-                token=settings.api_token.get_secret_value() if settings.api_token else None,
+                token=settings.service.api_token.get_secret_value() if settings.service.api_token else None,
                 hosts=allowed_hosts,
             )
         ],

@@ -18,7 +18,7 @@ serving the user):
 The information is about the weights of the taste's sum of phrases; the interaction between phrases, when
 the taste has one, enters through p. That is the design's blind spot: it is optimal for what the taste can
 already say, so a user whose taste lies mostly in how phrases combine (warm colours only with calm moods) is
-seldom shown the sets that would reveal it, and the interaction is never learned. So `settings.ab_explore` of
+seldom shown the sets that would reveal it, and the interaction is never learned. So `settings.ab.explore` of
 the variations shown (one by default) are drawn at random among the other proposals, the design choosing the
 rest (at least two).
 
@@ -103,13 +103,13 @@ def explored(options: int, *, designed: Sequence[int], count: int, seed: str) ->
 
 
 def proposals_request(request: ProductionRequest, *, settings: Settings) -> ProductionRequest:
-    """What the Director is asked for an A/B test: `settings.ab_proposals` variations per one shown."""
-    return replace(request, count=min(request.count * settings.ab_proposals, MAX_VARIATIONS))
+    """What the Director is asked for an A/B test: `settings.ab.proposals` variations per one shown."""
+    return replace(request, count=min(request.count * settings.ab.proposals, MAX_VARIATIONS))
 
 
 def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
     """The `count` proposed variations `settings.user` is shown, in the Director's order, labelled A, B, ...:
-    `settings.ab_explore` of them at random, the others chosen by the design.
+    `settings.ab.explore` of them at random, the others chosen by the design.
 
     Proposals repeating the concept and approach of an earlier one are dropped first; with fewer than `count`
     distinct ones left, the Director's first `count` are shown as they are."""
@@ -124,7 +124,7 @@ def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
         shown = list(plan.videos[:count])
     else:
         options, picks = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct], load_picks(settings)
-        by_design = min(count, max(2, count - settings.ab_explore))  # a pick teaches only against another
+        by_design = min(count, max(2, count - settings.ab.explore))  # a pick teaches only against another
         designed = most_informative(
             options, count=by_design, picks=picks, taste=served(settings).taste, settings=settings
         )

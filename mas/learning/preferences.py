@@ -46,7 +46,7 @@ def learn_style(settings: Settings, feedback: str) -> dict:
         fields = style.block_fields(history)
         # within the block's cap: the oldest changes go first down to the last few, then the oldest items
         # (never this feedback's), then the rest of the changes; every change stays in the block's history
-        while len(json.dumps({**v, **fields})) > settings.core_block_max_chars and (
+        while len(json.dumps({**v, **fields})) > settings.memory.core_block_max_chars and (
             history or len(style.items) > len(items)
         ):
             if len(history) > HISTORY_SHOWN or (history and len(style.items) <= len(items)):

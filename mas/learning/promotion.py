@@ -174,9 +174,9 @@ def tune_taste(settings: Settings) -> TasteReport:
     started = time.monotonic()
     picks = load_picks(settings)
     pairs = sum(len(p.rejected) for p in picks)
-    if pairs < settings.min_preference_pairs or len(picks) < MIN_PICKS_TO_CROSS_VALIDATE:
+    if pairs < settings.quality.min_preference_pairs or len(picks) < MIN_PICKS_TO_CROSS_VALIDATE:
         reason = (
-            f"{settings.user} has {len(picks)} A/B picks ({pairs} pairs); {settings.min_preference_pairs} pairs "
+            f"{settings.user} has {len(picks)} A/B picks ({pairs} pairs); {settings.quality.min_preference_pairs} pairs "
             f"are needed (MAS_MIN_PREFERENCE_PAIRS) and at least {MIN_PICKS_TO_CROSS_VALIDATE} picks, so each can "
             "be predicted without it. Until then the studio default serves (it expects every variation equally). "
             "Nothing was trained."

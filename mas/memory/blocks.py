@@ -203,7 +203,9 @@ def defaults(label: str, settings: Settings) -> dict[str, Any]:
     """The initial value of a block: every field set, quality thresholds from settings."""
     value = _schema(label)().model_dump()
     if label == "quality_standards":
-        value.update(MIN_ACCEPTABLE_GRADE=settings.min_acceptable_grade, MAX_RETRIES=settings.max_retries)
+        value.update(
+            MIN_ACCEPTABLE_GRADE=settings.quality.min_acceptable_grade, MAX_RETRIES=settings.quality.max_retries
+        )
     return value
 
 
@@ -258,9 +260,9 @@ def apply_change(settings: Settings, label: str, current: dict[str, Any], change
         where = ".".join(str(p) for p in err["loc"])
         raise BlockError(f"{label}.{where}: {err['msg']}") from None
     size = len(json.dumps(new))
-    if size > settings.core_block_max_chars:
+    if size > settings.memory.core_block_max_chars:
         raise BlockError(
-            f"{label} would be {size} characters, over its cap of {settings.core_block_max_chars}; "
+            f"{label} would be {size} characters, over its cap of {settings.memory.core_block_max_chars}; "
             "move old entries to archival memory first"
         )
     return new

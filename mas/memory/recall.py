@@ -131,9 +131,9 @@ def append(settings: Settings, agent: str, *, role: str, content: str, summarize
             .values(agent=agent, role=role, content=content, in_context=True)
             .returning(AgentMessage.id)
         ).scalar_one()
-        overflow = _live_count(session, agent) - settings.context_max_messages
+        overflow = _live_count(session, agent) - settings.memory.context_max_messages
         if overflow > 0:
-            chunk = settings.context_max_messages // EVICT_CHUNK_DIVISOR
+            chunk = settings.memory.context_max_messages // EVICT_CHUNK_DIVISOR
             evicted = _oldest_live(session, agent, overflow + chunk)
             try:
                 _fold(session, buffer, evicted, summarizer)

@@ -222,7 +222,7 @@ def interactions(ended: Ended) -> AfterCommit | None:
         .on_conflict_do_update(index_elements=["agent"], set_={"interactions": AgentBuffer.interactions + 1})
         .returning(AgentBuffer.interactions)
     ).scalar_one()
-    if count % ended.settings.sleeptime_frequency:
+    if count % ended.settings.memory.sleeptime_frequency:
         return None
     return lambda app: app.send_task(names.CONSOLIDATE)
 

@@ -91,7 +91,7 @@ def claim(settings: Settings, *, video_id: int, attempt: int, step: str, worker:
                 "step": step,
                 "token": token,
                 "worker": holder(worker),
-                "expiry": settings.lease_expiry_seconds,
+                "expiry": settings.reliability.lease_expiry_seconds,
             },
         ).scalar_one_or_none()
     if claims is None:
@@ -156,7 +156,7 @@ def holdings(settings: Settings) -> list[Holding]:
                 "select video_id, step, worker, heartbeat_at >= now() - make_interval(secs => :late) as beating "
                 "from step_leases where token is not null order by video_id"
             ),
-            {"late": LATE_BEATS * settings.lease_heartbeat_seconds},
+            {"late": LATE_BEATS * settings.reliability.lease_heartbeat_seconds},
         ).all()
     return [
         Holding(video_id=r.video_id, step=r.step, worker=r.worker.split("/", 1)[0], beating=r.beating) for r in rows
@@ -171,7 +171,7 @@ def live_keys(settings: Settings) -> set[str]:
                 "select token from step_leases where token is not null "
                 "and heartbeat_at >= now() - make_interval(secs => :expiry)"
             ),
-            {"expiry": settings.lease_expiry_seconds},
+            {"expiry": settings.reliability.lease_expiry_seconds},
         ).scalars()
         return {token[:KEY_CHARS] for token in tokens}
 
@@ -189,7 +189,7 @@ def _videos(settings: Settings, condition: str) -> set[int]:
         return set(
             conn.execute(
                 sa.text(f"select distinct video_id from step_leases where token is not null and {condition}"),
-                {"expiry": settings.lease_expiry_seconds},
+                {"expiry": settings.reliability.lease_expiry_seconds},
             ).scalars()
         )
 
@@ -214,7 +214,7 @@ def expire_unanswered(settings: Settings, answering: set[str]) -> set[int]:
     return _end_held(
         settings,
         where="heartbeat_at < now() - make_interval(secs => :late)",
-        params={"late": LATE_BEATS * settings.lease_heartbeat_seconds},
+        params={"late": LATE_BEATS * settings.reliability.lease_heartbeat_seconds},
         gone=lambda worker: worker.split("/", 1)[0] not in answering,
     )
 
@@ -234,7 +234,12 @@ def _end_held(settings: Settings, *, where: str, params: dict[str, Any], gone: C
                     "update step_leases set heartbeat_at = now() - make_interval(secs => :expiry + 1) "
                     "where video_id = :v and attempt = :a and step = :s and token is not null"
                 ),
-                {"v": row.video_id, "a": row.attempt, "s": row.step, "expiry": settings.lease_expiry_seconds},
+                {
+                    "v": row.video_id,
+                    "a": row.attempt,
+                    "s": row.step,
+                    "expiry": settings.reliability.lease_expiry_seconds,
+                },
             )
     return {row.video_id for row in ended}
 
@@ -271,7 +276,7 @@ def check_claims(settings: Settings, lease: Lease) -> None:
     """Give the step up (`StepGivenUp`) when it was taken over from a dead holder more than
     `MAS_MAX_DELIVERIES` times in all: whatever runs it kills its worker. A delivery that ended normally (a
     retry, a duplicate) does not count; only a lease whose holder died does."""
-    if lease.claims > settings.max_deliveries:
+    if lease.claims > settings.reliability.max_deliveries:
         raise StepGivenUp(
             f"{lease.step} of video {lease.video_id} attempt {lease.attempt} started {lease.claims} times without "
             "finishing (its worker kept dying)"
@@ -300,7 +305,7 @@ def _heartbeat(settings: Settings, lease: Lease) -> Iterator[None]:
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(settings.lease_heartbeat_seconds):
+        while not stop.wait(settings.reliability.lease_heartbeat_seconds):
             try:
                 if not renew(settings, lease):
                     log.error(

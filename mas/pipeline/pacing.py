@@ -47,7 +47,7 @@ def release(settings: Settings, session: Session) -> Released:
         .join(Batch)
         .where(Video.state.in_(list(AHEAD_OF_THE_GPU)), Batch.status == BatchStatus.running, Batch.priority != "high")
     )
-    room = settings.write_ahead - (ahead or 0)
+    room = settings.scheduling.write_ahead - (ahead or 0)
     if room <= 0:
         return []
     rows = session.execute(

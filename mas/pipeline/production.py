@@ -34,7 +34,7 @@ def priority_for(settings: Settings, request: ProductionRequest, asked: str | No
             if asked == priority:
                 return priority
         raise InvalidInput(f"unknown priority {asked!r}; use one of {', '.join(names.PRIORITIES)}")
-    return settings.ab_priority if request.kind == "ab" else "normal"
+    return settings.ab.priority if request.kind == "ab" else "normal"
 
 
 def batch_priority(batch: Batch) -> Priority:
@@ -108,7 +108,7 @@ def check_notify_url(settings: Settings, url: str | None) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
         raise InvalidInput(f"the webhook URL {redact_url(url)!r} is not an http(s) URL; nothing was queued")
-    if settings.webhook_secret is None:
+    if settings.webhooks.secret is None:
         raise InvalidInput("a webhook URL needs MAS_WEBHOOK_SECRET set (events are signed); nothing was queued")
     return url
 

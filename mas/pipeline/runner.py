@@ -124,7 +124,7 @@ def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, A
         return _run_held(task, step, payload, body)
     except leases.LeaseHeld as held:
         # its own earlier try's lease, perhaps: once it has expired, the step is taken over (or found done)
-        raise task.retry(exc=held, countdown=settings.lease_expiry_seconds + 1) from held
+        raise task.retry(exc=held, countdown=settings.reliability.lease_expiry_seconds + 1) from held
 
 
 def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, Any]) -> dict[str, int]:

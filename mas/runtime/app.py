@@ -112,8 +112,8 @@ class StudioTask(Task):
             if not self.waits_for_peers:
                 raise
             settings = self.app.settings
-            every = settings.agent_retry_backoff_max_seconds
-            tries = max(1, math.ceil(settings.peer_wait_seconds / every))
+            every = settings.agents.retry_backoff_max_seconds
+            tries = max(1, math.ceil(settings.agents.peer_wait_seconds / every))
             log.warning(
                 "%s[%s] waits for a peer (%d of %d, every %d s): %s",
                 self.name,
@@ -127,7 +127,7 @@ class StudioTask(Task):
 
     def _count_delivery(self) -> None:
         """Count this delivery of this run in Redis (which keeps no count of its own); past the cap, give up."""
-        cap = self.max_deliveries or self.app.settings.max_deliveries
+        cap = self.max_deliveries or self.app.settings.reliability.max_deliveries
         key = names.deliveries_key(self.request.id, self.request.retries)
         client = redis_client(self.app.settings)
         count = client.incr(key)
@@ -152,11 +152,11 @@ class AgentTask(StudioTask):
     def retry_backoff_max(self) -> int:  # type: ignore[override]
         # read when an app registers the task; an app that is not the studio's (Celery's fallback) has no settings
         settings = getattr(self.app, "settings", None)
-        return settings.agent_retry_backoff_max_seconds if settings is not None else StudioTask.retry_backoff_max
+        return settings.agents.retry_backoff_max_seconds if settings is not None else StudioTask.retry_backoff_max
 
     @property
     def max_retries(self) -> int:  # type: ignore[override]
-        return self.app.settings.agent_retries
+        return self.app.settings.agents.retries
 
 
 class StepLimits(StudioTask):
@@ -234,7 +234,7 @@ def _tcp(url: str) -> bool:
 
 
 def celery_config(settings: Settings) -> dict:
-    transport = {"visibility_timeout": settings.visibility_timeout_seconds}
+    transport = {"visibility_timeout": settings.broker.visibility_timeout_seconds}
     broker_transport = {
         **transport,
         "health_check_interval": HEALTH_CHECK_SECONDS,
@@ -242,7 +242,9 @@ def celery_config(settings: Settings) -> dict:
         # The gpu worker stays with renders or gradings while that queue has work, so the video and
         # quality models do not alternate video by video (see mas.runtime.queue_order).
         "queue_order_strategy": partial(
-            StickyCycle, streak_limit=settings.gpu_streak_limit, urgent_streak_limit=settings.priority_streak_limit
+            StickyCycle,
+            streak_limit=settings.gpu.streak_limit,
+            urgent_streak_limit=settings.scheduling.priority_streak_limit,
         ),
     }
 

@@ -28,10 +28,10 @@ def worker_argv(
     its device, so two gpu workers on one host (one per GPU) have different names.
     """
     if kind == "gpu":
-        pool = ["-P", "threads", "-c", str(1 + settings.gpu_lookahead)]
-        default_name = f"gpu-{settings.gpu_device.replace(':', '')}@%h" if settings.gpu_device else "gpu@%h"
+        pool = ["-P", "threads", "-c", str(1 + settings.gpu.lookahead)]
+        default_name = f"gpu-{settings.gpu.device.replace(':', '')}@%h" if settings.gpu.device else "gpu@%h"
     else:
-        pool = ["-P", "prefork", "-c", str(concurrency or settings.cpu_concurrency)]
+        pool = ["-P", "prefork", "-c", str(concurrency or settings.scheduling.cpu_concurrency)]
         default_name = f"{kind}@%h"
     return _celery(
         "-A",
@@ -59,8 +59,8 @@ def beat_argv(settings: Settings, *, loglevel: str = "INFO") -> list[str]:
 def flower_argv(settings: Settings, *, address: str, port: int) -> list[str]:
     """Flower on `address`; beyond loopback only with basic auth (MAS_FLOWER_USER, MAS_FLOWER_PASSWORD)."""
     auth = None
-    if settings.flower_user and settings.flower_password:
-        auth = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
+    if settings.service.flower_user and settings.service.flower_password:
+        auth = f"{settings.service.flower_user}:{settings.service.flower_password.get_secret_value()}"
     if auth is None and not is_loopback(address):
         raise InvalidSettings(
             f"refusing to serve Flower on {address} without auth: set MAS_FLOWER_USER and MAS_FLOWER_PASSWORD"

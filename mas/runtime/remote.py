@@ -49,7 +49,7 @@ def regrade(settings: Settings, video_id: int) -> dict:
     """Grade a video again with the configured grader; the per-axis report, nothing stored. It is urgent
     work: it waits at most for the task on the GPU now (MAS_MAX_RENDER_SECONDS), then runs for at most
     MAS_REGRADE_MAX_SECONDS."""
-    timeout = settings.max_render_seconds + settings.regrade_max_seconds
+    timeout = settings.gpu.max_render_seconds + settings.gpu.regrade_max_seconds
     return _run_on_worker(settings, names.REGRADE, video_id, kind="gpu", timeout=timeout)
 
 
@@ -57,5 +57,5 @@ def tune(settings: Settings, *, dry_run: bool = False) -> dict:
     """Run the Tuner now for `settings.user`; its report (pairs, the pairwise taste and the DPO adapter:
     training, held-out accuracy, promotion and why). It waits for its GPU turn behind the work already in
     the worker, then trains for at most MAS_TUNE_MAX_SECONDS."""
-    timeout = (1 + settings.gpu_lookahead) * settings.max_render_seconds + settings.tune_max_seconds
+    timeout = (1 + settings.gpu.lookahead) * settings.gpu.max_render_seconds + settings.gpu.tune_max_seconds
     return _run_on_worker(settings, names.TUNE, dry_run, settings.user, kind="gpu", timeout=timeout)["reports"][0]

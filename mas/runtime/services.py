@@ -46,8 +46,8 @@ class ServiceInfo:
 
 def database_url(settings: Settings, *, start: bool = True) -> str:
     """The URL to reach PostgreSQL: the configured one, or the embedded server's (started if needed)."""
-    if settings.database_url:
-        return sqlalchemy_url(settings.database_url)
+    if settings.database.url:
+        return sqlalchemy_url(settings.database.url)
     running = postmaster(settings)
     if running is not None and running.status == "ready":
         return sqlalchemy_url(running.get_uri())
@@ -60,7 +60,7 @@ def _external_postgres_error(settings: Settings) -> str | None:
     """None when the configured PostgreSQL answers, else why not (one line)."""
     import psycopg
 
-    url = (settings.database_url or "").replace("postgresql+psycopg://", "postgresql://", 1)
+    url = (settings.database.url or "").replace("postgresql+psycopg://", "postgresql://", 1)
     try:
         with psycopg.connect(url, connect_timeout=5):
             return None
@@ -89,7 +89,7 @@ def _external_redis(url: str, timeout: float = 5) -> redis.Redis:
 def _external_redis_error(settings: Settings) -> str | None:
     """None when the configured Redis answers, else why not (one line)."""
     try:
-        client = _external_redis(settings.broker_url or "")
+        client = _external_redis(settings.broker.url or "")
         try:
             client.ping()
         finally:
@@ -105,9 +105,9 @@ def up(settings: Settings) -> None:
     Configured (external) servers are checked first, so a wrong URL starts nothing.
     """
     if not settings.embedded_database and (why := _external_postgres_error(settings)):
-        raise ServiceError(f"cannot reach PostgreSQL at {redact_url(settings.database_url)}: {why}")
+        raise ServiceError(f"cannot reach PostgreSQL at {redact_url(settings.database.url)}: {why}")
     if not settings.embedded_broker and (why := _external_redis_error(settings)):
-        raise ServiceError(f"cannot reach Redis at {redact_url(settings.broker_url)}: {why}")
+        raise ServiceError(f"cannot reach Redis at {redact_url(settings.broker.url)}: {why}")
     if settings.embedded_database:
         start_postgres(settings)
     if settings.embedded_broker:
@@ -144,7 +144,7 @@ def describe(settings: Settings) -> list[ServiceInfo]:
             ServiceInfo(
                 name="postgres",
                 mode="external",
-                url=redact_url(settings.database_url) or "",
+                url=redact_url(settings.database.url) or "",
                 running=_external_postgres_ok(settings),
             )
         )
@@ -165,7 +165,7 @@ def describe(settings: Settings) -> list[ServiceInfo]:
             ServiceInfo(
                 name="redis",
                 mode="external",
-                url=redact_url(settings.broker_url) or "",
+                url=redact_url(settings.broker.url) or "",
                 running=_external_redis_error(settings) is None,
             )
         )

@@ -54,4 +54,4 @@ def test_the_factory_builds_the_comfyui_backend_from_settings(template):
     backend = video_backend(settings)
     assert isinstance(backend, ComfyUIBackend) and backend.name == "comfyui"
     assert backend.client.url == "http://comfy.example:8188" and backend.client.retries == 5
-    assert backend.timeout < settings.max_render_seconds  # stops before Celery's hard time limit kills it
+    assert backend.timeout < settings.gpu.max_render_seconds  # stops before Celery's hard time limit kills it

@@ -158,4 +158,4 @@ def test_the_backend_is_refused_before_anything_loads_and_a_fitting_recipe_is_no
     vram_plan.check_fits(fitting)
     with pytest.raises(ModelPathError):  # past the check, on to the model folder
         video_backend(fitting)
-    assert Settings(cpu_offload=True).offload_mode == "model"  # the older setting still means model offload
+    assert Settings(cpu_offload=True).diffusers.offload_mode == "model"  # the older setting still means model offload

@@ -39,14 +39,14 @@ def test_requests_built_from_parts_keep_the_parsers_limits():
         (lambda: ProductionRequest.series("  ", episodes=2, settings=settings), "series name is empty"),
         (lambda: ProductionRequest.series("Foxes", episodes=0, settings=settings), "at least 1"),
         (
-            lambda: ProductionRequest.series("Foxes", episodes=settings.max_batch_videos + 1, settings=settings),
+            lambda: ProductionRequest.series("Foxes", episodes=settings.service.max_batch_videos + 1, settings=settings),
             "MAS_MAX_BATCH_VIDEOS",
         ),
         (lambda: ProductionRequest.series("F" * 201, episodes=1, settings=settings), "series name is 201"),
         (lambda: ProductionRequest.ab("a fox", variations=1, settings=settings), "at least 2"),
         (lambda: ProductionRequest.ab("a fox", variations=MAX_VARIATIONS + 1, settings=settings), "at most"),
         (
-            lambda: ProductionRequest.ab("x" * (settings.max_request_chars + 1), variations=2, settings=settings),
+            lambda: ProductionRequest.ab("x" * (settings.service.max_request_chars + 1), variations=2, settings=settings),
             "characters long",
         ),
         (lambda: ProductionRequest.ab("a \ud800 fox", variations=2, settings=settings), "the concept"),

@@ -10,7 +10,7 @@ def test_settings_defaults_and_env(monkeypatch, tmp_path):
     monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("MAS_MAX_RETRIES", "5")
     s = Settings()
-    assert s.max_retries == 5 and s.min_acceptable_grade == "B"
+    assert s.quality.max_retries == 5 and s.quality.min_acceptable_grade == "B"
     assert s.embedded_database and s.embedded_broker
     assert s.effective_broker_url.startswith("redis+socket://")
 
@@ -38,3 +38,109 @@ def test_secrets_never_shown(monkeypatch):
     shown = " ".join(Settings().describe().values())
     assert "hunter2" not in shown and "sekret" not in shown
     assert redact_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
+
+
+# --- groups ---------------------------------------------------------------------------------------
+
+
+def test_every_variable_names_one_setting_of_one_group_and_keeps_its_name():
+    """Grouping changed no MAS_ variable: each group's fields read the variables the flat settings read."""
+    from mas.config import GROUPS, VARIABLES
+
+    variables = [env for model in GROUPS.values() for env in (f.validation_alias for f in model.model_fields.values())]
+    assert len(variables) == len(set(variables)) == len(VARIABLES) == 104  # with data_dir and user: 106, as before
+    assert all(str(env).startswith("MAS_") and str(env).isupper() for env in variables)
+    assert VARIABLES["llm_url"] == ("llm", "url") and VARIABLES["write_ahead"] == ("scheduling", "write_ahead")
+    assert VARIABLES["max_render_seconds"] == ("gpu", "max_render_seconds")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "read"),
+    [
+        ("MAS_LLM_URL", "http://llm.example:8080/v1", lambda s: s.llm.url),
+        ("MAS_GPU_STREAK_LIMIT", "3", lambda s: s.gpu.streak_limit),
+        ("MAS_TORCH_DTYPE", "float32", lambda s: s.gpu.torch_dtype),
+        ("MAS_WEBHOOK_MAX_ATTEMPTS", "4", lambda s: s.webhooks.max_attempts),
+        ("MAS_OFFLINE_AGENT_SECONDS", "0.5", lambda s: s.agents.offline_seconds),
+        ("MAS_STORAGE_URL", "s3://videos/studio", lambda s: s.storage.url),
+        ("MAS_COMFYUI_NODES", '{"prompt": "1.text", "seed": "2.seed", "output": "3"}', lambda s: s.comfyui.nodes),
+    ],
+)
+def test_each_variable_reaches_its_groups_field(monkeypatch, tmp_path, variable, value, read):
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(variable, value)
+    got = read(Settings())
+    assert str(got) == value or got == __import__("json").loads(value) or got == type(got)(value)
+
+
+@pytest.mark.parametrize(
+    ("group", "values", "message"),
+    [
+        ("database", {"MAS_DATABASE_URL": "mysql://x@y/z"}, "postgresql://"),
+        ("broker", {"MAS_RESULT_BACKEND": "amqp://guest@localhost//"}, "redis://"),
+        ("llm", {"MAS_LLM_URL": "ftp://llm.example"}, "http://"),
+        ("letta", {"MAS_LETTA_URL": "letta"}, "http://"),
+        ("comfyui", {"MAS_COMFYUI_NODES": "{not json"}, "not JSON"),
+        ("quality", {"MAS_DQA_WEIGHTS": "[1, 2"}, "not JSON"),
+        ("webhooks", {"MAS_WEBHOOK_URL": "http://127.0.0.1:9/hook"}, "needs MAS_WEBHOOK_SECRET"),
+        ("reliability", {"MAS_LEASE_EXPIRY_SECONDS": "10", "MAS_LEASE_HEARTBEAT_SECONDS": "5"}, "2 x"),
+        ("memory", {"MAS_BUFFER_WARN": "600", "MAS_BUFFER_CRITICAL": "500"}, "WARN < CRITICAL"),
+    ],
+)
+def test_each_group_validates_itself(monkeypatch, group, values, message):
+    """A group refuses its own bad values when it is read alone, without the rest of the settings."""
+    from mas.config import GROUPS
+
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match=message):
+        GROUPS[group]()
+    others = [model for name, model in GROUPS.items() if name != group]
+    assert all(model() is not None for model in others)  # no other group minds
+
+
+def test_a_change_is_named_by_its_variable_validated_again_and_an_unknown_name_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MAS_LLM_MODEL", "from-the-environment")
+    settings = Settings(write_ahead=3)
+    assert settings.scheduling.write_ahead == 3 and settings.llm.model == "from-the-environment"
+    changed = settings.changed(gpu_lookahead=0, llm_url="http://other:1/v1")
+    assert (changed.gpu.lookahead, changed.llm.url, changed.scheduling.write_ahead) == (0, "http://other:1/v1", 3)
+    assert settings.gpu.lookahead == 1  # the original is unchanged
+    with pytest.raises(ValidationError, match="MAS_VISIBILITY_TIMEOUT_SECONDS"):
+        settings.changed(max_render_seconds=7200)  # across groups: the broker's timeout must outlast a render
+    for wrong in ({"writeahead": 2}, {"url": "http://x"}):
+        with pytest.raises(TypeError, match="no setting"):
+            settings.changed(**wrong)
+        with pytest.raises(TypeError, match="no setting"):
+            settings.model_copy(update=wrong)  # never set unchecked
+        with pytest.raises(TypeError, match="no setting"):
+            Settings(**wrong)
+
+
+def test_the_settings_shown_keep_the_names_they_had(monkeypatch, tmp_path):
+    """`mas config` shows every setting by its variable's name without MAS_, as before the grouping."""
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    shown = Settings().describe()
+    assert len(shown) == 106
+    assert {"data_dir", "user", "llm_url", "write_ahead", "gpu_lookahead", "webhook_secret", "vae_tiling"} <= set(shown)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("MAS_LLM_MAX_TOKENS", "-1"),
+        ("MAS_GPU_DEVICE", "gpu zero"),
+        ("MAS_WEBHOOK_TIMEOUT_SECONDS", "0"),
+        ("MAS_DATABASE_URL", "mysql://x@y/z"),
+        ("MAS_AB_PROPOSALS", "99"),
+    ],
+)
+def test_a_bad_value_in_any_group_is_named_by_its_variable(monkeypatch, tmp_path, variable, value):
+    from mas.cli.context import load_settings
+    from mas.errors import InvalidSettings
+
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(InvalidSettings, match=f"invalid {variable}:"):
+        load_settings()

@@ -100,5 +100,5 @@ def test_settings_refuse_a_visibility_timeout_shorter_than_a_gpu_task_may_be_hel
 
     with pytest.raises(ValidationError, match="MAS_GPU_LOOKAHEAD"):
         Settings(data_dir=tmp_path, max_render_seconds=1800, gpu_lookahead=3, visibility_timeout_seconds=7200)
-    with pytest.raises(ValidationError, match="gpu_device"):
+    with pytest.raises(ValidationError, match="MAS_GPU_DEVICE"):
         Settings(data_dir=tmp_path, gpu_device="gpu zero")

@@ -27,4 +27,4 @@ def test_a_signing_secret_that_cannot_sign_is_refused_when_the_settings_are_read
             Settings(webhook_secret=bad)
     with pytest.raises(ValidationError, match="needs MAS_WEBHOOK_SECRET"):
         Settings(webhook_url="http://127.0.0.1:9/hook")
-    assert Settings(webhook_secret=SECRET).webhook_secret is not None
+    assert Settings(webhook_secret=SECRET).webhooks.secret is not None

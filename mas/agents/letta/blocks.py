@@ -33,7 +33,7 @@ BLOCK_LOCK_TIMEOUT_S = 600
 """Longest a write waits for another process's read-modify-write of the same block (retryable)."""
 
 
-@per_process(key=lambda settings: settings.letta_url)
+@per_process(key=lambda settings: settings.letta.url)
 def _pushed(settings: Settings) -> dict[str, dict[str, Any]]:  # noqa: ARG001
     """Block id on the server -> the studio value this process last wrote to it."""
     return {}

@@ -32,16 +32,16 @@ def letta_client_module():
 
 
 def _client_key(settings: Settings) -> tuple[str, str]:
-    token = settings.letta_token.get_secret_value() if settings.letta_token else ""
-    return settings.letta_url, hashlib.sha256(token.encode()).hexdigest()
+    token = settings.letta.token.get_secret_value() if settings.letta.token else ""
+    return settings.letta.url, hashlib.sha256(token.encode()).hexdigest()
 
 
 @per_process(key=_client_key)
 def client(settings: Settings) -> Any:
     """A letta-client `Letta` for MAS_LETTA_URL and MAS_LETTA_TOKEN, one per process."""
-    token = settings.letta_token.get_secret_value() if settings.letta_token else ""
+    token = settings.letta.token.get_secret_value() if settings.letta.token else ""
     return letta_client_module().Letta(
-        base_url=settings.letta_url, api_key=token or None, timeout=ADMIN_TIMEOUT_S, max_retries=2
+        base_url=settings.letta.url, api_key=token or None, timeout=ADMIN_TIMEOUT_S, max_retries=2
     )
 
 

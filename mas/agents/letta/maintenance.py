@@ -62,7 +62,7 @@ def maintain(settings: Settings, *, api=None, lock: bool = True) -> list[Action]
     state = health(settings, api=api)
     if not state.ok:
         log.error("maintain: Letta unavailable, nothing done: %s", state.detail)
-        raise LettaUnavailable(f"Letta at {settings.letta_url} is unavailable: {state.detail}")
+        raise LettaUnavailable(f"Letta at {settings.letta.url} is unavailable: {state.detail}")
     actions = []
     primaries, companions = targets(api)
     for name, agent_id in (primaries | companions).items():

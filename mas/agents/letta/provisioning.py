@@ -123,7 +123,7 @@ def _provision(settings: Settings, api) -> Provisioned:
             block = api.blocks.create(
                 label=label,
                 value=block_text(defaults(label, settings)),
-                limit=settings.core_block_max_chars,
+                limit=settings.memory.core_block_max_chars,
                 tags=block_tags(label, settings.user),
                 description=f"{label}: one JSON object (Appendix B schema); keep it valid JSON.",
             )
@@ -140,8 +140,8 @@ def _provision(settings: Settings, api) -> Provisioned:
             with translated(f"creating agent {name}"):
                 agent = api.agents.create(
                     name=letta_name(conversation, settings.user),
-                    model=settings.letta_model,
-                    embedding=settings.letta_embedding,
+                    model=settings.letta.model,
+                    embedding=settings.letta.embedding,
                     system=system_prompt(recall.agent_of(conversation)),
                     block_ids=list(blocks.values()),
                     tags=agent_tags(recall.agent_of(conversation), settings.user),
@@ -174,10 +174,10 @@ def _repair(settings: Settings, api, conversation: str, agent, blocks: dict[str,
         group = sleeptime_group(agent) if agent is not None else None
         if not group:
             raise LettaRejected(f"enabling sleeptime on {name} made no sleeptime group")
-    if group.sleeptime_agent_frequency != settings.sleeptime_frequency:
-        set_sleeptime_frequency(api, group.id, settings.sleeptime_frequency)
+    if group.sleeptime_agent_frequency != settings.memory.sleeptime_frequency:
+        set_sleeptime_frequency(api, group.id, settings.memory.sleeptime_frequency)
         changed.append(
-            f"{name}: sleeptime frequency {group.sleeptime_agent_frequency} -> {settings.sleeptime_frequency}"
+            f"{name}: sleeptime frequency {group.sleeptime_agent_frequency} -> {settings.memory.sleeptime_frequency}"
         )
     for sleeptime_id in group.agent_ids:
         _repair_companion(api, name, sleeptime_id, blocks, changed)
@@ -214,7 +214,7 @@ class _Forgettable(Protocol):
     def forget(self) -> None: ...
 
 
-@per_process(key=lambda settings: (settings.letta_url, settings.user))
+@per_process(key=lambda settings: (settings.letta.url, settings.user))
 def _known_crew(settings: Settings) -> Provisioned:
     api = client(settings)
     return find(settings, api=api) or provision(settings, api=api)

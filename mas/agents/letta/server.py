@@ -37,7 +37,7 @@ gets a sleeptime companion named `<name>-sleeptime`."""
 
 def crew_conversations(settings: Settings) -> list[str]:
     """The agents of a crew, by conversation name: director, director.1, ..., writer, writer.1, ..."""
-    return [name for role in ROLES for name in recall.conversations(role, settings.agent_conversations)]
+    return [name for role in ROLES for name in recall.conversations(role, settings.agents.conversations)]
 
 
 USER_TAG_PREFIX = f"{TAG}:user:"

@@ -84,7 +84,7 @@ def status(settings: Settings, *, api=None) -> LettaStatus:
     """Server health, shared block ids, and per agent: id, in-context messages, sleeptime frequency and
     companions (with their autoclear flag). Provisions nothing."""
     api = api or client(settings)
-    url = redact_url(settings.letta_url) or ""
+    url = redact_url(settings.letta.url) or ""
     state = health(settings, api=api)
     if not state.ok:
         return LettaStatus(url=url, healthy=False, version=state.version, blocks={}, agents=[], error=state.detail)
@@ -111,8 +111,8 @@ def _agent_status(settings: Settings, api, role: str, blocks: dict[str, str | No
         problems.append("sleeptime disabled")
     else:
         frequency = sleeptime_frequency(api, group.id)
-        if frequency != settings.sleeptime_frequency:
-            problems.append(f"sleeptime frequency {frequency}, settings say {settings.sleeptime_frequency}")
+        if frequency != settings.memory.sleeptime_frequency:
+            problems.append(f"sleeptime frequency {frequency}, settings say {settings.memory.sleeptime_frequency}")
         for sleeptime_id in group.agent_ids:
             with translated(f"reading sleeptime agent of {role}"):
                 companion = api.agents.retrieve(sleeptime_id)

@@ -20,7 +20,7 @@ def llm_agents(settings: Settings, *, rank: Ranker | None = None, serialize: boo
         director=AskingDirector(LLMAgent(settings, "director", serialize=serialize), meaning=meaning),
         writer=AskingWriter(
             LLMAgent(settings, "writer", serialize=serialize),
-            candidates=settings.writer_candidates,
+            candidates=settings.agents.writer_candidates,
             rank=rank,
             meaning=meaning,
         ),

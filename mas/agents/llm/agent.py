@@ -88,7 +88,7 @@ class LLMAgent:
         schema = question.schema()
         prompt_tokens = cached_tokens = completion_tokens = 0
         started = time.monotonic()
-        for attempt in range(1, self.settings.llm_reply_retries + 2):
+        for attempt in range(1, self.settings.llm.reply_retries + 2):
             with conversations.endpoint_slot(self.settings, lock=self.serialize):
                 completion = complete(
                     self.settings,

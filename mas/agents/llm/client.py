@@ -64,10 +64,10 @@ def complete(
 ) -> Completion:
     """The model's reply to `messages`, constrained to `schema` as far as the endpoint allows, in at most
     `max_tokens` (and never more than MAS_LLM_MAX_TOKENS)."""
-    limit = min(max_tokens or settings.llm_max_tokens, settings.llm_max_tokens)
-    if settings.llm_structured != "auto":
-        return _call(settings, messages, schema=schema, name=name, mode=settings.llm_structured, limit=limit)
-    accepted = _accepted(settings.llm_url, settings.llm_model)
+    limit = min(max_tokens or settings.llm.max_tokens, settings.llm.max_tokens)
+    if settings.llm.structured != "auto":
+        return _call(settings, messages, schema=schema, name=name, mode=settings.llm.structured, limit=limit)
+    accepted = _accepted(settings.llm.url, settings.llm.model)
     if accepted:
         return _call(settings, messages, schema=schema, name=name, mode=accepted[0], limit=limit)
     *constrained, last = AUTO_ORDER
@@ -87,8 +87,8 @@ def complete(
 def _call(
     settings: Settings, messages: list[dict[str, Any]], *, schema: dict[str, Any], name: str, mode: str, limit: int
 ) -> Completion:
-    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else ""
-    api = _api(settings.llm_url, key, settings.llm_timeout_seconds)
+    key = settings.llm.api_key.get_secret_value() if settings.llm.api_key else ""
+    api = _api(settings.llm.url, key, settings.llm.timeout_seconds)
     extra: dict[str, Any] = {}
     if mode == "json_schema":
         extra["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
@@ -105,15 +105,15 @@ def _call(
     wire = cast(list[ChatCompletionMessageParam], messages)  # plain role/content dicts, the API's own shape
     try:
         response = api.chat.completions.create(
-            model=settings.llm_model,
+            model=settings.llm.model,
             messages=wire,
             max_tokens=limit,
-            temperature=settings.llm_temperature,
+            temperature=settings.llm.temperature,
             **extra,
         )
     except openai.APITimeoutError:
         raise LLMUnavailable(
-            f"the LLM at {_where(settings)} gave no reply within {settings.llm_timeout_seconds:g} s "
+            f"the LLM at {_where(settings)} gave no reply within {settings.llm.timeout_seconds:g} s "
             "(MAS_LLM_TIMEOUT_SECONDS)"
         ) from None
     except openai.APIConnectionError as error:
@@ -152,9 +152,9 @@ def _status_error(settings: Settings, error: openai.APIStatusError, mode: str) -
     if status in (401, 403):
         return LLMMisconfigured(f"the LLM at {where} refused the API key (HTTP {status}); check MAS_LLM_API_KEY")
     if status == 404 and "model" in detail.lower():
-        return LLMMisconfigured(f"the LLM at {where} has no model {settings.llm_model!r} (MAS_LLM_MODEL): {detail}")
+        return LLMMisconfigured(f"the LLM at {where} has no model {settings.llm.model!r} (MAS_LLM_MODEL): {detail}")
     if status in (408, 409, 425, 429) or status >= 500:
-        if status == 500 and mode != "prompt" and settings.llm_structured == "auto" and _about_format(detail):
+        if status == 500 and mode != "prompt" and settings.llm.structured == "auto" and _about_format(detail):
             return LLMRejected(f"HTTP {status} for {mode} replies: {detail}")
         return LLMUnavailable(f"the LLM at {where} answered HTTP {status}: {detail}")
     return LLMRejected(f"the LLM at {where} refused the request (HTTP {status}): {detail}")
@@ -184,4 +184,4 @@ def _cause(error: BaseException) -> str:
 
 
 def _where(settings: Settings) -> str:
-    return redact_url(settings.llm_url) or ""
+    return redact_url(settings.llm.url) or ""

@@ -95,7 +95,7 @@ def conversation(settings: Settings, agent: str) -> list[dict[str, Any]]:
     """The running summary and the live messages from the earliest stride start whose messages fit
     `MAS_LLM_CONTEXT_CHARS`, oldest first."""
     remembered = recall.context(settings, agent)
-    budget = settings.llm_context_chars
+    budget = settings.llm.context_chars
     summary = remembered.summary[: budget // 3]
     budget -= len(summary)
     contents = [m.content[:MESSAGE_MAX_CHARS] for m in remembered.messages]
