@@ -51,8 +51,8 @@ from sklearn.linear_model import LogisticRegression
 from gpu.preference_model import PROMPT_TEMPLATE, PreferenceModel, promoted_adapter
 from gpu.tuner import tune
 from mas import db
-from mas.agents.offline import AB_APPROACHES
 from mas.agents.roles import Plan, PlannedVideo
+from mas.agents.studio_rules import AB_APPROACHES
 from mas.config import Settings
 from mas.db import session_scope
 from mas.learning.ab_design import offer

@@ -301,7 +301,7 @@ class RandomEmbedder:
 
 
 def seed_archival(settings, n: int) -> None:
-    from mas.agents.offline import ANGLES
+    from mas.agents.studio_rules import ANGLES
     from mas.memory.archival import ArchivalMemory, NewPassage
 
     memory = ArchivalMemory(settings, embedder=RandomEmbedder())
@@ -320,7 +320,7 @@ def seed_archival(settings, n: int) -> None:
 
 def make_videos(settings, n: int, *, distinct: bool, label: str) -> list[int]:
     """A running batch with `n` pending videos, written directly (no plan_batch, no messages)."""
-    from mas.agents.offline import ANGLES
+    from mas.agents.studio_rules import ANGLES
     from mas.db import session_scope
     from mas.models import Batch, BatchStatus, Video
 

@@ -36,7 +36,7 @@ from harness import ROOT, command_line, machine, new_data_dir, provenance, remov
 from llm_standin import StandIn
 
 from mas import db
-from mas.agents import offline, style_check
+from mas.agents import studio_rules, style_check
 from mas.agents.meaning import StudioMeaning
 from mas.agents.style import Style
 from mas.config import Settings
@@ -212,7 +212,7 @@ def _figures(studio: IsolatedStudio, facts: dict) -> dict:
         user_style = Style.of(facts["stored"])
         checks = {a.id: style_check.check(a.prompt, user_style, MEANING) for a in styled}
         reviewed = [a for a in attempts if a.failure_reasons and a.review_source is not None]
-        kept = [a for a in reviewed if set(a.failure_reasons) - set(offline.weak_axes(a.scores or {}))]
+        kept = [a for a in reviewed if set(a.failure_reasons) - set(studio_rules.weak_axes(a.scores or {}))]
         never_valid = sum(
             v.state == VideoState.failed and any("valid reply" in r for r in v.failure_reasons or []) for v in videos
         )

@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from mas.agents import checks, offline, reading, style_check, style_reader
+from mas.agents import checks, reading, studio_rules, style_check, style_reader
 from mas.agents.protocol import (
     CONSOLIDATE_TOKENS,
     PLAN_TOKENS,
@@ -96,7 +96,7 @@ class AskingDirector:
             "series": f"kind series: episodes {episodes_done + 1} to {episodes_done + request.count} of "
             "one story; give the series style, consistency rules and recurring elements.",
         }.get(request.kind, "approach empty.")
-        studio = offline.studio_plan(request, episodes_done=episodes_done)
+        studio = studio_rules.studio_plan(request, episodes_done=episodes_done)
         try:
             reply = self._asker.ask(
                 Question(
@@ -202,7 +202,7 @@ class AskingWriter:
             return self._write(brief)
         except NoValidReply as error:
             log.warning("writer: no valid reply for video %s; the studio writes its prompt: %s", brief.video_id, error)
-            return replace(offline.studio_prompt(brief), note=f"the model's replies never validated: {error}")
+            return replace(studio_rules.studio_prompt(brief), note=f"the model's replies never validated: {error}")
 
     def _write(self, brief: WriterBrief) -> Draft:
         draft = self._ask(brief)
@@ -213,7 +213,7 @@ class AskingWriter:
             if problems:
                 note = f"the model's prompt was refused twice: {'; '.join(problems)}"
                 log.info("writer: video %s: %s; the studio writes its prompt", brief.video_id, note)
-                return replace(offline.studio_prompt(brief), note=note)
+                return replace(studio_rules.studio_prompt(brief), note=note)
         missing = self._missing(draft, brief)
         if missing:
             try:
@@ -228,7 +228,9 @@ class AskingWriter:
             still = self._missing(draft, brief)
             if still:
                 prompt = style_check.repair(draft.prompt, Style.of(brief.user_style), self._meaning)
-                prompt = ", ".join([prompt, *checks.missing_fixes(prompt, offline.fixes_for(brief.previous_failures))])
+                prompt = ", ".join(
+                    [prompt, *checks.missing_fixes(prompt, studio_rules.fixes_for(brief.previous_failures))]
+                )
                 log.info("writer: video %s: the studio repaired the prompt: %s", brief.video_id, "; ".join(still))
                 return replace(draft, prompt=prompt, source="repaired", note="; ".join(still))
         return draft
@@ -240,7 +242,7 @@ class AskingWriter:
 
     def _missing(self, draft: Draft, brief: WriterBrief) -> list[str]:
         """What the draft misses of the user's style and of the fixes this refinement needs."""
-        fixes = checks.missing_fixes(draft.prompt, offline.fixes_for(brief.previous_failures))
+        fixes = checks.missing_fixes(draft.prompt, studio_rules.fixes_for(brief.previous_failures))
         return style_check.check(draft.prompt, Style.of(brief.user_style), self._meaning).problems() + (
             [f"the prompt must fix the last attempt's failures with: {'; '.join(fixes)}"] if fixes else []
         )
@@ -249,7 +251,7 @@ class AskingWriter:
         """The model's draft (its negative prompt completed by the studio's), first or corrected."""
         shown = {k: v for k, v in asdict(brief).items() if k != "video_id"}
         shown["user_style"] = {k: v for k, v in brief.user_style.items() if k not in ("ITEMS", "ITEM_HISTORY")}
-        shown["past_successes"] = offline.craft_of(brief.past_successes)  # how they were made, not their subject
+        shown["past_successes"] = studio_rules.craft_of(brief.past_successes)  # how they were made, not their subject
         payload: dict = {"brief": shown}
         rules = WRITE_RULES
         if last is not None:
@@ -281,7 +283,7 @@ class AskingWriter:
                     max_tokens=WRITE_TOKENS,
                 )
             )
-        negative = [*checks.sensible([chosen.negative_prompt], WRITE_WORDS), offline.studio_negative(brief)]
+        negative = [*checks.sensible([chosen.negative_prompt], WRITE_WORDS), studio_rules.studio_negative(brief)]
         return Draft(
             prompt=chosen.prompt,
             negative_prompt=", ".join(dict.fromkeys(n for n in negative if n)),
@@ -308,7 +310,7 @@ REVIEW_WORDS = checks.vocabulary(REVIEW_RULES, REVIEW_SHAPE, "grade scores min_g
 
 
 class AskingCameraman:
-    """Judges attempts by the studio's rule (`offline.studio_verdict`): the grade against the minimum, the
+    """Judges attempts by the studio's rule (`studio_rules.studio_verdict`): the grade against the minimum, the
     attempt against the retry limit. The model names what failed and how to fix it; its reasons are kept
     beside the grader's own when they are reasons, and a review that never validates is the rule alone."""
 
@@ -325,7 +327,7 @@ class AskingCameraman:
         max_retries: int,
         video_id: int | None = None,
     ) -> Verdict:
-        rule = offline.studio_verdict(
+        rule = studio_rules.studio_verdict(
             grade=grade, scores=scores, min_grade=min_grade, attempt=attempt, max_retries=max_retries
         )
         try:

@@ -47,14 +47,7 @@ def vocabulary(*texts: str) -> frozenset[str]:
     """The content words of the protocol and of `texts` (a task's rules, its reply shape): what an echo
     of the task is made of. Snake_case names count word by word (failure_reasons: failure, reasons)."""
     found = {w for t in (PROTOCOL, *texts) for w in content_words(t.replace("_", " "))}
-    return frozenset(found | REQUEST_WORDS)
-
-
-REQUEST_WORDS = frozenset(
-    "task prompt reply json str write model video videos one create generate make new please".split()
-)
-"""Words of a request rather than of a scene: "Create a new video of dragons" asks for a video, it does not
-describe one."""
+    return frozenset(found | V.REQUEST_WORDS)
 
 
 def is_echo(text: str, task_words: frozenset[str]) -> bool:
@@ -97,7 +90,7 @@ def prompt_problems(prompt: str, *, concept: str, task_words: frozenset[str], pr
 
 
 def missing_fixes(prompt: str, fixes: Sequence[str]) -> list[str]:
-    """The fixes (`offline.FIXES` phrases) whose words `prompt` does not all carry (none looked for in a
+    """The fixes (`studio_rules.FIXES` phrases) whose words `prompt` does not all carry (none looked for in a
     prompt the checks do not read)."""
     if not style_check.readable(clauses.read(prompt)):
         return []

@@ -20,23 +20,10 @@ SENTENCE_END = frozenset(";.!?:\n()")
 
 _NEGATIVE = sorted((tuple(c.split()) for c in V.NEGATIVE_CUES), key=len, reverse=True)
 _POSITIVE = sorted((tuple(c.split()) for c in V.POSITIVE_CUES), key=len, reverse=True)
-_BACKWARD = frozenset(
-    {("not",), ("never",), ("no",), ("isn't",), ("aren't",), ("too", "much"), ("too", "many"), ("no", "thanks")}
-)
-"""Rule-outs that also reach back to the clause's words before them ("red is not my thing")."""
-_COMPARING, _THAN = frozenset({"rather", "prefer", "prefers", "preferably"}), frozenset({("than",), ("over",)})
-"""A preference by comparison rules out what follows "than" or "over" ("lavender rather than pink", "I
-prefer calm over energetic"); "over" alone is a place ("a dragon over the sea")."""
+_BACKWARD = frozenset(tuple(c.split()) for c in V.BACKWARD_NEGATIVE_CUES)
+_COMPARING, _THAN = frozenset(V.COMPARING_CUES), frozenset(tuple(c.split()) for c in V.THAN_CUES)
 _STRONG = frozenset(tuple(c.split()) for c in V.STRONG_POSITIVE)
-_DONT_MIND = (
-    ("wouldn't", "say", "no", "to"),
-    ("would", "not", "say", "no", "to"),
-    ("don't", "mind"),
-    ("do", "not", "mind"),
-    ("wouldn't", "mind"),
-    ("no", "problem", "with"),
-)
-"""Double negatives that like what follows."""
+_DONT_MIND = tuple(tuple(c.split()) for c in V.DOUBLE_NEGATIVE_LIKES)
 
 
 @dataclass(frozen=True, kw_only=True)

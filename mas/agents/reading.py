@@ -22,13 +22,6 @@ ITEM_MAX_WORDS = 4
 """A preference is a few words ("ocean depths", "slow lingering shots"); a longer one is the feedback
 handed back."""
 
-FEEDBACK_WORDS = frozenset(
-    "prefer prefers like likes love loves want wants enjoy dislike hate favourite favorite i i'm me my we you "
-    "please too not no never avoid without".split()
-)
-"""How feedback speaks (who likes, how much, no and not), never what it prefers: "a bit too bright for me" is
-the feedback handed back, "bright" ruled out is its reading."""
-
 MARKUP = re.compile(r"[<>{}\[\]=&#_\\]|\bhttps?:")
 
 
@@ -60,7 +53,7 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
                 out.append(f"{polarity} {raw.words!r} is markup or a field name, not a preference")
             elif not words:
                 out.append(f"{polarity} {raw.words!r} names no preference")
-            elif len(words) > ITEM_MAX_WORDS or set(words) & (FEEDBACK_WORDS | V.FOREIGN_GLUE):
+            elif len(words) > ITEM_MAX_WORDS or set(words) & (V.FEEDBACK_WORDS | V.FOREIGN_GLUE):
                 out.append(f"{polarity} {raw.words!r} is the feedback's sentence; give the preference in a few words")
             elif checks.is_echo(raw.words, task_words):
                 out.append(f"{polarity} {raw.words!r} repeats the task's words")

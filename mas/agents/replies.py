@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from mas.agents import vocabulary as V
 from mas.errors import StudioError
 
 
@@ -122,9 +123,6 @@ class PlanReply(Reply):
     _count = field_validator("videos")(lambda items, info: _exactly(items, info, "videos"))
 
 
-ASPECT_ALIASES = {"color": "colour", "colors": "colour", "colours": "colour", "moods": "mood", "themes": "theme"}
-
-
 def _as_items(value: Any) -> Any:
     """A list of items; a bare word is an item of unknown aspect, a dict of aspect -> words is unrolled."""
     if value is None or value == "":
@@ -142,7 +140,7 @@ class StyleItemReply(Reply):
     """One preference a model read: its aspect and its words."""
 
     aspect: Annotated[
-        str, BeforeValidator(lambda v: ASPECT_ALIASES.get(str(v).strip().lower(), str(v).strip().lower()))
+        str, BeforeValidator(lambda v: V.ASPECT_ALIASES.get(str(v).strip().lower(), str(v).strip().lower()))
     ] = ""
     words: RequiredText
 

@@ -277,3 +277,44 @@ FOREIGN_GLUE = frozenset(
 )
 """Common words of French, German, Spanish and Italian: a sentence with one is not English the studio
 reads, so its rules abstain rather than read "pas de violet" as liking violet."""
+
+
+BACKWARD_NEGATIVE_CUES = ("not", "never", "no", "isn't", "aren't", "too much", "too many", "no thanks")
+"""Rule-outs that also reach back to the clause's words before them ("red is not my thing")."""
+
+COMPARING_CUES = ("rather", "prefer", "prefers", "preferably")
+THAN_CUES = ("than", "over")
+"""A preference by comparison rules out what follows "than" or "over" ("lavender rather than pink", "I
+prefer calm over energetic"); "over" alone is a place ("a dragon over the sea")."""
+
+DOUBLE_NEGATIVE_LIKES = (
+    "wouldn't say no to",
+    "would not say no to",
+    "don't mind",
+    "do not mind",
+    "wouldn't mind",
+    "no problem with",
+)
+"""Double negatives that like what follows."""
+
+FEEDBACK_WORDS = frozenset(
+    "prefer prefers like likes love loves want wants enjoy dislike hate favourite favorite i i'm me my we you "
+    "please too not no never avoid without".split()
+)
+"""How feedback speaks (who likes, how much, no and not), never what it prefers: "a bit too bright for me" is
+the feedback handed back, "bright" ruled out is its reading."""
+
+REQUEST_WORDS = frozenset(
+    "task prompt reply json str write model video videos one create generate make new please".split()
+)
+"""Words of a request rather than of a scene: "Create a new video of dragons" asks for a video, it does not
+describe one."""
+
+ASPECT_ALIASES: dict[str, str] = {
+    "color": "colour",
+    "colors": "colour",
+    "colours": "colour",
+    "moods": "mood",
+    "themes": "theme",
+}
+"""How a model may spell an aspect of a style item."""

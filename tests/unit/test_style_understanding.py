@@ -12,11 +12,11 @@ import pytest
 
 from mas.agents import style_check, style_reader
 from mas.agents.asking import AskingDirector, AskingWriter
-from mas.agents.offline import craft_of, studio_prompt
 from mas.agents.protocol import Question
 from mas.agents.reading import as_reply
 from mas.agents.replies import NoValidReply
 from mas.agents.roles import WriterBrief
+from mas.agents.studio_rules import craft_of, studio_prompt
 from mas.agents.style import Style, StyleItem
 from mas.config import Settings
 from mas.domain.requests import ProductionRequest
