@@ -7,7 +7,7 @@ distilled sigmas without guidance, latent upsample x2, the 3 refining steps, dec
 torch.cuda.max_memory_allocated and for each stage the seconds per denoising step. Configurations that model
 the seed's RTX 3090 run with the process capped to 24 GiB of the card (torch.cuda.set_per_process_memory_fraction).
 Each configuration runs in its own process, so an out-of-memory or a timeout is a result, not the end of the
-run; a global time budget skips what would not finish. The plan's prediction (`mas.vram_plan`) is written
+run; a global time budget skips what would not finish. The plan's prediction (`mas.gpu_rules.vram_plan`) is written
 beside each measurement. `--tiny` runs the same code on tiny models on the CPU in seconds (a smoke test).
 
     python bench/ltx2_memory_bench.py --output bench/RESULTS-ltx2-memory.md
@@ -312,7 +312,7 @@ def planned(spec: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
     """The plan's prediction per phase, in GiB, without its fixed reserve (which no tensor counts); none where
     the studio's own dependencies are not installed (a bare GPU host: `--report-from` writes it again here)."""
     try:
-        from mas import vram_plan
+        from mas.gpu_rules import vram_plan
     except ImportError:
         return {}
 
@@ -341,7 +341,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, gpu: st
         f"Render: {args.width}x{args.height}, {args.frames} frames, two stages (stage 1 on the first {args.steps} "
         "distilled sigmas, no guidance; latent upsample x2; the 3 refining steps; decode at twice the size). Random "
         "weights at the real sizes (gpu/configs/). Peaks are torch.cuda.max_memory_allocated per phase (the CUDA "
-        "context is not in them); `plan` is mas.vram_plan's weights + activations for the phase.",
+        "context is not in them); `plan` is mas.gpu_rules.vram_plan's weights + activations for the phase.",
         "",
         "| configuration | result | s/step stage 1 | s/step stage 2 | build s | render s |",
         "|---|---|---|---|---|---|",

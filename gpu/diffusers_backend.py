@@ -7,7 +7,7 @@ written as H.264 with imageio-ffmpeg. LTX-2 generates sound with the picture: `L
 (24 kHz for LTX-2), which is muxed into the mp4 as AAC. LTX-Video returns frames only.
 
 What stays on the device (fp8 storage, offload mode, VAE tiling) and the two-stage recipe are in
-`gpu.ltx2_recipe`; `mas.vram_plan` says which settings fit a card.
+`gpu.ltx2_recipe`; `mas.gpu_rules.vram_plan` says which settings fit a card.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 2. Benchmark (`gpu.dqa_phases.benchmark`): classical motion and imaging measurements, no model.
 3. Preference: the Tuner's promoted DPO adapter scores the prompt for the video's concept
    (`gpu.preference_model`).
-4. Synthesis, on the CPU: `mas.grading.synthesize` weights the five axes into a total and a grade.
+4. Synthesis, on the CPU: `mas.gpu_rules.grading.synthesize` weights the five axes into a total and a grade.
 
 Models come from the residency manager, so they load once per worker process and stay on the GPU between
 videos; nothing is loaded or unloaded per video. `regrade` re-runs the phases for `mas grade VIDEO`.
@@ -25,10 +25,10 @@ import torch
 from gpu.dqa_phases import ClipScorer, DQAConfig, benchmark, verify
 from gpu.preference_model import PreferenceModel, preference_base, promoted_adapter
 from gpu.residency import Residency
-from mas import grading
 from mas.config import Settings
 from mas.db import session_scope
-from mas.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, ModelMissing, NothingToGrade
+from mas.gpu_rules import grading
+from mas.gpu_rules.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, ModelMissing, NothingToGrade
 from mas.models import DEFAULT_USER, Attempt, Video
 from mas.storage import local_copy
 from mas.video import decode_video
@@ -120,7 +120,7 @@ class DQAGrader:
     def __call__(
         self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER
     ) -> tuple[dict[str, float], str]:
-        """(scores, grade): the five axes, their sub-scores and `total`; the grade by mas.grading's cut-offs."""
+        """(scores, grade): the five axes, their sub-scores and `total`; the grade by mas.gpu_rules.grading's cut-offs."""
         measured = self.measure(video=video, prompt=prompt, concept=concept, user=user)
         return grading.synthesize(measured, weights=self.settings.quality.dqa_weights)  # Phase 4, plain arithmetic
 

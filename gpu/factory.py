@@ -74,7 +74,7 @@ def video_backend(settings: Settings) -> VideoBackend:
     if settings.video.backend == "diffusers":
         from gpu.diffusers_backend import DiffusersBackend
         from gpu.residency import GIB
-        from mas.vram_plan import check_fits
+        from mas.gpu_rules.vram_plan import check_fits
 
         manager = residency(settings)
         if manager.budget_bytes is not None:  # the budget, or the card's memory: refused before anything loads

@@ -3,7 +3,7 @@
 
 A backend turns one prompt into one mp4 at a path the studio chooses. `progress(done, total)` is called
 as the render advances, so the Celery task can report it. A grader scores one rendered mp4 against its
-prompt (and the video's concept, for the preference axis) and grades it by `mas.grading`'s table.
+prompt (and the video's concept, for the preference axis) and grades it by `mas.gpu_rules.grading`'s table.
 `gpu.factory` picks the implementations from settings.
 """
 

@@ -1,7 +1,7 @@
 """How the in-process LTX-2 pipeline is stored, offloaded and run: fp8 weights, offload modes, the two stages.
 
 LTX-2 does not fit a 24 GB card at bf16 in any one piece (its transformer alone is 35 GiB), so the backend
-chooses, by settings, what stays on the device (`mas.vram_plan` says which choices fit a card):
+chooses, by settings, what stays on the device (`mas.gpu_rules.vram_plan` says which choices fit a card):
 
 - fp8 storage (MAS_DIFFUSERS_FP8): diffusers' layerwise casting keeps the transformer's and text encoder's
   Linear, Conv and Embedding weights in float8_e4m3fn and upcasts each layer as it runs; norms stay as they are,
@@ -16,7 +16,7 @@ chooses, by settings, what stays on the device (`mas.vram_plan` says which choic
   LoRA (MAS_DIFFUSERS_LORA_PATH) switched on for them only.
 
 What a loaded pipeline keeps on the device under each mode is `gpu.sizes.device_bytes`, the same count
-`mas.vram_plan.on_device` makes from the census.
+`mas.gpu_rules.vram_plan.on_device` makes from the census.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ torch's meta device, so a 19B transformer costs no memory and a second of CPU. I
 storage dtype: bfloat16 (or float16: the same bytes), float32, and fp8 storage as the backend's layerwise
 casting leaves it (Linear, Conv and Embedding weights in float8_e4m3fn; norms, the other modules matching
 diffusers' default skip patterns and the layers that hold buffers in the compute dtype: `gpu.ltx2_recipe`).
-`python -m gpu.model_census` writes the table `mas.vram_plan` reads (`mas/vram_models.json`): the plan is
+`python -m gpu.model_census` writes the table `mas.gpu_rules.vram_plan` reads (`mas/gpu_rules/vram_models.json`): the plan is
 arithmetic over it, so the CLI needs neither torch nor these models.
 """
 
@@ -24,7 +24,7 @@ from gpu.ltx2_recipe import store_fp8
 from gpu.sizes import module_bytes, own_bytes
 
 CONFIGS = Path(__file__).parent / "configs"
-TABLE = Path(__file__).resolve().parent.parent / "mas" / "vram_models.json"
+TABLE = Path(__file__).resolve().parent.parent / "mas" / "gpu_rules" / "vram_models.json"
 LORA_RANK = 16
 """The Tuner's LoRA rank (`gpu.tuner.TunerConfig.lora_r`): the census counts its adapter at this rank."""
 

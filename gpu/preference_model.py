@@ -19,7 +19,7 @@ from torch import nn
 
 from mas.config import Settings
 from mas.db import session_scope
-from mas.grading import model_folder
+from mas.gpu_rules.grading import model_folder
 from mas.models import TrainedAdapter
 
 PROMPT_TEMPLATE = "Concept: {concept}\nVideo prompt:"

@@ -4,7 +4,7 @@ The renderer writes a real short H.264 mp4 of animated colour cards in the promp
 to the prompt the way a weak video model responds to a vague one: without "sharp focus" the frames are
 noisy, without "steady camera" the motion jitters, without "dominant colours" the palette is washed out.
 The grader measures those three properties on the decoded frames (noise, frame-to-frame change, distance
-to the requested palette) and grades their mean by `mas.grading`'s table, as DQA does. Neither is a video
+to the requested palette) and grades their mean by `mas.gpu_rules.grading`'s table, as DQA does. Neither is a video
 model or a quality model; they exist so the whole pipeline, refinement loop included, runs on a machine
 with no GPU.
 """

@@ -361,7 +361,7 @@ class Schedule(Base):
 
 class WebhookEvent(Base):
     """One event for one receiver, written in the transaction of the change it reports (the outbox) and
-    delivered at least once (`mas.webhooks`); `id` is the same on every try, so a receiver drops repeats."""
+    delivered at least once (`mas.outbox.webhooks`); `id` is the same on every try, so a receiver drops repeats."""
 
     __tablename__ = "webhook_events"
 

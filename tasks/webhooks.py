@@ -6,7 +6,8 @@ import time
 
 from celery import shared_task
 
-from mas import names, webhooks
+from mas import names
+from mas.outbox import webhooks
 
 ROUNDS = 100
 """Rounds one run may do: a batch's next event is due once the one before it is delivered, so a receiver

@@ -21,10 +21,11 @@ import torch.nn.functional as F
 from gpu.dqa import DQAGrader, regrade
 from gpu.dqa_phases import CHECKLISTS
 from gpu.residency import Residency
-from mas import grades, grading
+from mas import grades
 from mas.config import Settings
 from mas.db import session_scope
-from mas.grading import BENCHMARK_METRICS, MULTI_AXES, GradingError
+from mas.gpu_rules import grading
+from mas.gpu_rules.grading import BENCHMARK_METRICS, MULTI_AXES, GradingError
 from mas.models import Attempt, Batch, Video
 from mas.video import VideoUnreadable, decode_video
 

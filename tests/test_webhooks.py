@@ -24,9 +24,10 @@ from click.testing import CliRunner
 from pydantic import SecretStr
 from standardwebhooks.webhooks import Webhook
 
-from mas import db, webhooks
+from mas import db
 from mas.cli import main
 from mas.models import Batch, BatchStatus, Schedule, StepLease, Video, VideoState, WebhookEvent
+from mas.outbox import webhooks
 from tests.studio import IsolatedStudio
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
@@ -112,7 +113,7 @@ def _events(settings, batch_id: int | None = None) -> list[WebhookEvent]:
 
 
 def _add_events(settings, *, url: str, batches: int, each: int) -> list[str]:
-    """Outbox rows as `mas.events` writes them (batch ids are plain numbers: no batch rows needed)."""
+    """Outbox rows as `mas.outbox.events` writes them (batch ids are plain numbers: no batch rows needed)."""
     ids = []
     with db.session_scope(settings) as s:
         for batch_id in range(1, batches + 1):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mas import grades, grading
+from mas import grades
 from mas.agents import style_check
 from mas.agents import vocabulary as V
 from mas.agents.roles import (
@@ -22,6 +22,7 @@ from mas.agents.roles import (
 )
 from mas.agents.style import Style, words_of
 from mas.domain.requests import ProductionRequest
+from mas.gpu_rules import grading
 
 ANGLES = [
     "at dawn, low golden mist",
@@ -146,7 +147,7 @@ def fixes_for(reasons: Sequence[str]) -> list[str]:
 
 
 def weak_axes(scores: dict[str, float]) -> list[str]:
-    """The grader's failure reasons, readable: the preview grader's weak axes, or DQA's (mas.grading)."""
+    """The grader's failure reasons, readable: the preview grader's weak axes, or DQA's (mas.gpu_rules.grading)."""
     preview = {k: v for k, v in scores.items() if k in FAILURE_REASONS}
     if not preview:
         return grading.failure_reasons(scores) or ["below the minimum grade on every axis"]

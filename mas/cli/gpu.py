@@ -7,9 +7,9 @@ from dataclasses import replace
 import click
 from rich.table import Table
 
-from mas import vram_plan
 from mas.cli.context import console
 from mas.config import Settings
+from mas.gpu_rules import vram_plan
 
 
 @click.group()

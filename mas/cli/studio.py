@@ -8,9 +8,9 @@ import sys
 import click
 from rich.table import Column, Table
 
-from mas import vram_plan
 from mas.cli.context import console, load_settings, ready
 from mas.config import Settings
+from mas.gpu_rules import vram_plan
 from mas.runtime import foreground, processes, services
 
 PORT = click.IntRange(0, 65535)

@@ -21,7 +21,7 @@ def webhooks(settings: Settings, limit: int) -> None:
     One line each, whole: its id (the `webhook-id` a receiver sees), type, batch, receiver, tries, when it is
     tried next (or was given up) and its last error. Delivered events are not shown.
     """
-    from mas.webhooks import failed, pending
+    from mas.outbox.webhooks import failed, pending
 
     ready(settings)
     waiting, given_up = pending(settings, limit=limit), failed(settings, limit=limit)

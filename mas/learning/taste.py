@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mas.config import Settings
-from mas.grading import BENCHMARK_METRICS, MULTI_AXES
+from mas.gpu_rules.grading import BENCHMARK_METRICS, MULTI_AXES
 from mas.memory.embeddings import get_embedder
 from mas.models import EMBEDDING_DIM
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mas import events, names
+from mas import names
 from mas.config import Settings
 from mas.db import session_scope
 from mas.domain.states import TERMINAL
@@ -19,6 +19,7 @@ from mas.domain.steps import STARTS
 from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video, VideoState
+from mas.outbox import events
 from mas.pipeline import ending, pacing
 from mas.pipeline.chains import send_released
 from mas.runtime.app import app_for

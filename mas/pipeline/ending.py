@@ -20,11 +20,12 @@ from celery import Celery
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from mas import events, names
+from mas import names
 from mas.config import Settings
 from mas.domain.states import TERMINAL, BatchStatus, VideoState
 from mas.memory import blocks
 from mas.models import AgentBuffer, Batch, Series, Video
+from mas.outbox import events
 from mas.pipeline import pacing, states
 from mas.pipeline.chains import send_released
 

@@ -12,7 +12,6 @@ from billiard.einfo import ExceptionInfo
 from celery import Task
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from mas import events
 from mas.config import Settings
 from mas.db import rows_changed, session_scope
 from mas.domain.steps import StepPayload
@@ -23,6 +22,7 @@ from mas.models import (
     BatchStatus,
     VideoState,
 )
+from mas.outbox import events
 from mas.pipeline import ending
 from mas.pipeline.leases import LeaseHeld
 from mas.redaction import redact_text

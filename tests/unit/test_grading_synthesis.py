@@ -1,4 +1,4 @@
-"""How a grading's measured scores become a total, a grade and failure reasons (`mas.grading`). Pure code."""
+"""How a grading's measured scores become a total, a grade and failure reasons (`mas.gpu_rules.grading`). Pure code."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from mas import grades, grading
-from mas.grading import AXES, BENCHMARK_METRICS, MULTI_AXES
+from mas import grades
+from mas.gpu_rules import grading
+from mas.gpu_rules.grading import AXES, BENCHMARK_METRICS, MULTI_AXES
 
 
 def measured(**overrides: float) -> dict[str, float]:

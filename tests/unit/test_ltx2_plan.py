@@ -8,15 +8,16 @@ import argparse
 import importlib
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
 
-from mas import vram_plan
 from mas.cli import main
 from mas.config import Settings
-from mas.vram_plan import FP8, GIB, DoesNotFit, Recipe
+from mas.gpu_rules import vram_plan
+from mas.gpu_rules.vram_plan import FP8, GIB, DoesNotFit, Recipe
 
 pytest.importorskip("diffusers")
 census = pytest.importorskip("gpu.model_census")
@@ -85,9 +86,9 @@ def test_the_plan_is_calibrated_to_the_recorded_gpu_run(monkeypatch):
     was measured, by at most 3.1 GiB (the prompt encoding under offloading, where the text encoder's largest
     weights and the connectors' activations are counted together; in fp8 the run also stored the token
     embedding in fp8), and a configuration that ran out of memory under its cap does not fit the plan."""
-    monkeypatch.syspath_prepend(str(vram_plan.TABLE.parent.parent / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
     bench = importlib.import_module("ltx2_memory_bench")
-    run = json.loads((vram_plan.TABLE.parent.parent / "bench" / "RESULTS-ltx2-memory.json").read_text())
+    run = json.loads((Path(__file__).resolve().parents[2] / "bench" / "RESULTS-ltx2-memory.json").read_text())
     args = argparse.Namespace(**run["args"])
     measured = 0
     for name, result in run["results"].items():

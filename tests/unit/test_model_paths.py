@@ -11,7 +11,7 @@ from gpu.factory import video_backend
 from gpu.preference_model import preference_base
 from gpu.residency import Residency
 from mas.config import Settings
-from mas.grading import ModelMissing
+from mas.gpu_rules.grading import ModelMissing
 
 
 def cpu_residency() -> Residency:

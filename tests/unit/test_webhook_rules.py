@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from mas import webhooks
+from mas.outbox import webhooks
 
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 

@@ -2,7 +2,7 @@
 
 An event is a row per receiver (the studio-wide MAS_WEBHOOK_URL, and the URL the request named with
 `--notify` or the API's `notify_url`), so the change and the promise to report it commit together or not at
-all; `mas.webhooks` delivers them at least once, in order per batch and receiver. The payload follows the
+all; `mas.outbox.webhooks` delivers them at least once, in order per batch and receiver. The payload follows the
 Standard Webhooks shape: `{"type", "timestamp", "data"}`.
 """
 

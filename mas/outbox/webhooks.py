@@ -1,4 +1,4 @@
-"""Delivering the webhook outbox (`mas.events`) to other programs: signed, at least once, in order per batch
+"""Delivering the webhook outbox (`mas.outbox.events`) to other programs: signed, at least once, in order per batch
 and receiver, and never in the pipeline's way.
 
 Each event is signed by the Standard Webhooks scheme (headers `webhook-id`, `webhook-timestamp`,
