@@ -12,33 +12,13 @@ import pytest
 
 from mas.agents import style_check, style_reader
 from mas.agents.asking import AskingDirector, AskingWriter
-from mas.agents.protocol import Question
 from mas.agents.reading import as_reply
-from mas.agents.replies import NoValidReply
 from mas.agents.roles import WriterBrief
 from mas.agents.studio_rules import craft_of, studio_prompt
 from mas.agents.style import Style, StyleItem
 from mas.config import Settings
 from mas.domain.requests import ProductionRequest
-
-
-class Scripted:
-    """Answers each question with the next scripted reply, validated as a backend validates it; a reply
-    that fails validation is asked again with the next one, and the last failure ends in NoValidReply."""
-
-    def __init__(self, *replies: object, tries: int = 2) -> None:
-        self.replies, self.tries, self.asked = list(replies), tries, []
-
-    def ask(self, question: Question):
-        errors = []
-        for _ in range(self.tries):
-            self.asked.append(question)
-            reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
-            try:
-                return question.reply.model_validate(reply, context=question.context)
-            except ValueError as exc:  # pydantic's ValidationError is a ValueError
-                errors.append(str(exc))
-        raise NoValidReply(errors[-1])
+from tests.unit.scripted import Scripted
 
 
 @pytest.fixture(scope="module")
