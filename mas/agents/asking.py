@@ -21,6 +21,7 @@ from mas.agents.protocol import (
     PLAN_TOKENS_PER_VIDEO,
     REVIEW_TOKENS,
     STYLE_TOKENS,
+    TRANSLATE_TOKENS,
     WRITE_TOKENS,
     Question,
     Reply,
@@ -29,6 +30,7 @@ from mas.agents.replies import (
     CandidatesReply,
     ConsolidationReply,
     DraftReply,
+    EnglishReply,
     NoValidReply,
     PlanReply,
     StyleReply,
@@ -76,6 +78,8 @@ STYLE_RULES = (
     "each item one preference in a few English words, whatever the feedback's language; only what the "
     "feedback says (no opposites it does not say); empty lists when it names no style."
 )
+TRANSLATE_SHAPE = '{"english": str}'
+TRANSLATE_RULES = "english: the feedback said in plain English, every no, not and never kept; nothing added."
 
 
 class AskingDirector:
@@ -144,12 +148,21 @@ class AskingDirector:
         )
 
     def read_style(self, feedback: str) -> Reading:
-        """The model's reading when it validates (`mas.agents.reading`), else the studio's own."""
+        """The model's reading when it validates (`mas.agents.reading`), else the studio's own.
+
+        Feedback the studio does not read (another language or script) is checked against the model's own
+        English for it: a reading that says the opposite of its English is asked again, as for English
+        feedback, and the studio's fallback reads that English. Without a usable English the reading is
+        checked for its structure only, as before.
+        """
         task_words = checks.vocabulary(STYLE_RULES, STYLE_SHAPE)
+        english = feedback if style_reader.reads(feedback) else self._english(feedback)
+        read_from = english or feedback
 
         def check(reply: StyleReply) -> list[str]:
-            return reading.problems(reply, feedback=feedback, task_words=task_words)
+            return reading.problems(reply, feedback=read_from, task_words=task_words)
 
+        note = "" if english in (None, feedback) else f"checked against the model's English: {english!r}"
         try:
             reply = self._asker.ask(
                 Question(
@@ -164,9 +177,36 @@ class AskingDirector:
             )
         except NoValidReply as error:
             log.warning("director: the style reading never validated; the studio reads the feedback: %s", error)
-            note = f"the model's readings never validated: {error}"
-            return Reading(items=style_reader.read(feedback), source="studio", note=note)
-        return Reading(items=reading.items_of(reply), source="model")
+            said = f"the model's readings never validated: {error}"
+            return Reading(
+                items=style_reader.read(read_from), source="studio", note="; ".join(filter(None, [said, note]))
+            )
+        return Reading(items=reading.items_of(reply), source="model", note=note)
+
+    def _english(self, feedback: str) -> str | None:
+        """The model's English for feedback the studio does not read; None when it gives none the studio reads."""
+
+        def check(reply: EnglishReply) -> list[str]:
+            if checks.MARKERS.search(reply.english) or not style_reader.reads(reply.english):
+                return ["english: give the feedback in plain English words"]
+            return []
+
+        try:
+            reply = self._asker.ask(
+                Question(
+                    task="translate",
+                    payload={"feedback": feedback},
+                    shape=TRANSLATE_SHAPE,
+                    reply=EnglishReply,
+                    rules=TRANSLATE_RULES,
+                    context={"check": check},
+                    max_tokens=TRANSLATE_TOKENS,
+                )
+            )
+        except NoValidReply as error:
+            log.info("director: no English for the feedback; its reading is checked for structure only: %s", error)
+            return None
+        return reply.english
 
 
 WRITE_RULES = (

@@ -57,6 +57,7 @@ REVIEW_TOKENS = 200
 """Most tokens of a `review` reply: an action, a few short reasons and a strategy."""
 
 STYLE_TOKENS = 160
+TRANSLATE_TOKENS = 120
 """Most tokens of a `read_style` reply: a few words per aspect and a few dislikes."""
 
 PLAN_TOKENS, PLAN_TOKENS_PER_VIDEO = 200, 60

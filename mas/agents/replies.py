@@ -165,6 +165,22 @@ class StyleReply(Reply):
         return self
 
 
+class EnglishReply(Reply):
+    """`translate`: the feedback in English, which the studio's checks read. The studio's check (English it
+    reads, not the task's words) runs as validation, with the check in the context."""
+
+    english: RequiredText
+
+    @model_validator(mode="after")
+    def _sensible(self, info: ValidationInfo) -> EnglishReply:
+        check = (info.context or {}).get("check")
+        if check is not None:
+            problems = check(self)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return self
+
+
 class DraftReply(Reply):
     """`write`: one prompt for the video model."""
 

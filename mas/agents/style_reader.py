@@ -59,6 +59,11 @@ def _aspect(word: str, *, exact: bool = False) -> str | None:
     return None
 
 
+def reads(text: str) -> bool:
+    """Whether the studio reads any of `text`: a clause of English it knows (not another language or script)."""
+    return any(w.readable for w in clauses.read(text))
+
+
 def read(feedback: str) -> list[StyleItem]:
     """The items `feedback` plainly says, liked or ruled out, once each (the last saying of a word wins)."""
     words = [w for w in clauses.read(feedback) if w.readable and not w.name]

@@ -191,6 +191,33 @@ def test_a_reading_against_what_the_feedback_plainly_says_is_asked_again_then_th
     assert reading.source == "studio" and [(i.words, i.liked) for i in reading.items] == [("red", False)]
 
 
+def test_a_reading_of_another_language_is_checked_against_the_models_own_english():
+    """The studio reads no French; the model's English for it is read, and a reading that says its opposite is
+    asked again. English feedback is never sent for translation."""
+    inverted = {"liked": [{"aspect": "colour", "words": "violet"}]}
+    right = {"ruled_out": [{"aspect": "colour", "words": "violet"}]}
+    asker = Scripted({"english": "no violet, please"}, inverted, right)
+    reading = AskingDirector(asker).read_style("pas de violet, s'il vous plaît")
+    assert [q.task for q in asker.asked] == ["translate", "read_style", "read_style"]
+    assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("violet", False)]
+    assert "no violet, please" in reading.note
+    never = Scripted({"english": "no violet, please"}, inverted)
+    reading = AskingDirector(never).read_style("pas de violet, s'il vous plaît")
+    assert reading.source == "studio" and [(i.words, i.liked) for i in reading.items] == [("violet", False)]
+    english = Scripted(right)
+    AskingDirector(english).read_style("no violet, please")
+    assert [q.task for q in english.asked] == ["read_style"]
+
+
+def test_without_english_the_studio_can_read_a_foreign_reading_stands_on_its_structure():
+    """An English the studio cannot read (more French) is no English: the reading is checked for its structure
+    only, as the studio cannot say what the feedback means."""
+    asker = Scripted({"english": "pas de violet"}, {"english": "sans violet"}, {"liked": [{"aspect": "colour", "words": "violet"}]})
+    reading = AskingDirector(asker).read_style("pas de violet, s'il vous plaît")
+    assert [q.task for q in asker.asked] == ["translate", "translate", "read_style"]
+    assert reading.source == "model" and reading.note == ""
+
+
 # --- the Writer and the Director --------------------------------------------------------------------
 
 
