@@ -22,6 +22,14 @@ from mas.agents.style import words_of
 MARKERS = re.compile(r"\b(TASK|INPUT|REPLY|RULES)\b|\b[A-Za-z]+_[A-Za-z_]+\b")
 """The protocol's line names and snake_case field names (user_style, failure_reasons): never in a prompt."""
 
+REQUEST_HANDED_BACK = re.compile(
+    r"(?:^|[,.;:]\s*)(?:create|generate|make|render|write)\s+(?:\d+|a|an|one|two|three|some)?\s*(?:new\s+)?videos?\b"
+    r"|\b(?:negative\s+)?prompt\s*:",
+    re.IGNORECASE,
+)
+"""The request or the reply's own field handed back inside a prompt ("Create 2 videos of dragons", "prompt:"):
+what the task says, not what the video shows."""
+
 PROMPT_MIN_WORDS, PROMPT_MIN_CHARS = 4, 16
 """A prompt shorter than both cannot describe a video (subject, action, setting); the characters count for
 scripts written without spaces."""
@@ -82,7 +90,7 @@ def prompt_problems(prompt: str, *, concept: str, task_words: frozenset[str], pr
         problems.append(f"the prompt must show the concept {concept!r}")
     if len(re.findall(r"\w+", prompt)) < PROMPT_MIN_WORDS and len(prompt.strip()) < PROMPT_MIN_CHARS:
         problems.append("the prompt must describe the video in a sentence (subject, action, setting, light)")
-    elif is_echo(prompt, task_words):
+    elif is_echo(prompt, task_words) or REQUEST_HANDED_BACK.search(prompt):
         problems.append("the prompt repeats the task's instructions instead of describing the video")
     if previous and prompt.strip().lower() == previous.strip().lower():
         problems.append("the prompt must change the previous attempt's prompt to fix its failures")

@@ -247,6 +247,22 @@ def test_a_prompt_in_other_words_stays_the_models(meaning):
     assert draft.source == "model" and draft.prompt == prompt and len(asker.asked) == 1
 
 
+@pytest.mark.parametrize(
+    "handed_back",
+    [
+        "Create 2 videos of dragons, purple, blue colours, dark, moody mood",
+        "dragons over a violet sea, brooding light. prompt: Create 3 videos of dragons",
+    ],
+)
+def test_a_prompt_that_hands_the_request_or_its_field_back_is_asked_again(handed_back, meaning):
+    """Seen on SmolLM2: the request, or the reply's own "prompt:" label, inside the prompt. Asked again; a
+    video game or a slow-motion video in a scene is no request."""
+    good = "dragons over a violet sea under a cobalt sky, brooding storm light, a slow-motion video of wings"
+    asker = Scripted({"prompt": handed_back}, {"prompt": good})
+    draft = AskingWriter(asker, meaning=meaning).write(_brief(concept="dragons"))
+    assert draft.prompt == good and len(asker.asked) == 2
+
+
 def test_a_plan_concept_that_is_a_field_name_or_markup_is_the_studios(meaning):
     request = ProductionRequest(
         kind="batch", theme="mythical creatures", count=3, text="3 videos of mythical creatures"
