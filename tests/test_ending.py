@@ -3,6 +3,7 @@ alone on real PostgreSQL rows; and no other module ends a video."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from mas.models import AgentBuffer, Batch, Series, Video, WebhookEvent
 from mas.pipeline import ending
 
 S = VideoState
+SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,7 +39,7 @@ def _ended(settings, session, video: Video, *, was=S.reviewing, done=False) -> e
 
 
 def test_the_move_hands_the_change_to_every_listener_in_one_transaction(clean):
-    settings = clean.model_copy(update={"webhook_url": "http://receiver.test/hook"})
+    settings = clean.model_copy(update={"webhook_url": "http://receiver.test/hook", "webhook_secret": SECRET})
     with db.session_scope(settings) as s:
         video_id = _videos(s, states=(S.reviewing,))[0].id
     with db.session_scope(settings) as s:
@@ -118,7 +120,7 @@ def test_an_accepted_episode_counts_on_its_series(clean):
 
 
 def test_the_outbox_reports_a_cancelled_video_as_cancelled(clean):
-    settings = clean.model_copy(update={"webhook_url": "http://receiver.test/hook"})
+    settings = clean.model_copy(update={"webhook_url": "http://receiver.test/hook", "webhook_secret": SECRET})
     with db.session_scope(settings) as s:
         video = _videos(s)[0]
         video.state, video.failure_reasons = S.cancelled, ["cancelled by the user"]

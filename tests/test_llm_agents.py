@@ -167,9 +167,8 @@ def test_a_reply_cut_at_its_token_budget_is_seen_as_cut_on_the_real_model(clean,
     '{"text": "a fox"}',  # valid JSON, wrong shape
 ])
 def test_a_malformed_reply_is_shown_its_error_then_the_studio_writes_the_prompt_saying_why(clean, bad):
-    settings = _llm_settings(clean, "", llm_reply_retries=2)
     with FaultyLLM([bad]) as llm:
-        settings = settings.model_copy(update={"llm_url": llm.url, "llm_structured": "json_schema"})
+        settings = _llm_settings(clean, llm.url, llm_reply_retries=2, llm_structured="json_schema")
         with pytest.raises(LLMReplyError) as failed:
             LLMAgent(settings, "writer").ask(Question(task="write", payload={}, shape='{"prompt": str}', reply=DraftReply))
         assert not failed.value.retryable and "3 times without a valid reply" in str(failed.value)
