@@ -30,6 +30,15 @@ def _settings_env(data_dir: Path) -> dict[str, str]:
     return env
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With `pytest -n N --dist loadgroup`, a test module runs in one worker (its module fixtures, a Letta or an
+    LLM server, start once) unless its tests name groups of their own (`xdist_group`) to spread a long module."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(scope="session")
 def studio_env(tmp_path_factory) -> dict[str, str]:
     """Environment variables that point a `mas` process at the test services."""

@@ -37,6 +37,11 @@ GEMMA_MODEL = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "
 """Gemma 3 270M (a pretrained base model, Q4_K_M), assembled by `scripts/gemma-model.sh` (benchmarks only)."""
 
 
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else os.cpu_count() or 2
+"""llama.cpp's threads: every core, unless the tests run in parallel (pytest -n): then one, since a thread that
+waits for a second one the other tests have preempted stalls every token."""
+
+
 class LocalLLM:
     """llama.cpp's server on a local port, stopped with `stop()` (or the context manager); `model` is a GGUF
     file other than the tests' SmolLM2, served under `alias`."""
@@ -58,7 +63,7 @@ class LocalLLM:
         self.process = subprocess.Popen(
             [str(VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", model, "--model_alias", self.alias,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(CONTEXT_TOKENS),
-             "--n_threads", str(os.cpu_count() or 2)],
+             "--n_threads", str(THREADS)],
             stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout

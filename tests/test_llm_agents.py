@@ -219,6 +219,7 @@ def test_the_api_key_is_sent_and_never_printed(clean):
 # --- end to end, real workers ------------------------------------------------------------------------
 
 
+@pytest.mark.xdist_group("llm-batches")  # a worker of its own under pytest -n: the module's longest tests
 @pytest.mark.timeout(1500)  # the batches' own budget (1200 s) and the studio's start and stop
 def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_llm, tmp_path):
     """Real workers, the real model as every agent: a batch, a series, an A/B test, and a refinement
@@ -261,6 +262,7 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
     assert any(v.attempt_count > 1 for v in videos), "no refinement round ran"
 
 
+@pytest.mark.xdist_group("llm-server-down")
 @pytest.mark.usefixtures("real_llm")
 def test_a_batch_waits_for_a_server_that_is_down_and_resumes_when_it_returns(tmp_path):
     from tests.studio import IsolatedStudio

@@ -104,11 +104,16 @@ def test_postgres_restarted_mid_batch(studio):
     assert_batch_exact(studio, batch_id, 3)
 
 
-@pytest.mark.studio_env(MAS_PREVIEW_RENDER_SECONDS="1")
+@pytest.mark.studio_env(
+    MAS_PREVIEW_RENDER_SECONDS="1", MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="2",
+    MAS_RECONCILE_EVERY_SECONDS="2", MAS_RECONCILE_AFTER_SECONDS="8",
+)
 def test_redis_restarted_mid_batch_workers_survive(studio):
     """Redis away for a moment while steps run: every worker reconnects (none exits), the batch completes
-    exactly (nothing lost, nothing twice), and no video fails for the lost connection."""
+    exactly (nothing lost, nothing twice), and no video fails for the lost connection. A message a worker had
+    reserved when the connection dropped is found by beat's reconcile, as in production (thresholds scaled)."""
     cpu, gpu = studio.worker("cpu", concurrency=2), studio.worker("gpu")
+    studio.beat()
     batch_id = studio.enqueue("Create 3 videos of tide pools")
     studio.wait_until(
         lambda: any(v.state != VideoState.writing for v in studio.videos(batch_id)), what="work under way"
@@ -200,6 +205,7 @@ def _garbage(path: Path) -> Path:
     return path
 
 
+@pytest.mark.xdist_group("reliability-generators")  # under pytest -n, apart from the module's other long tests
 @pytest.mark.parametrize("outcome", ["error", "hang", "garbage", "unreachable"])
 def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
     from gpu.preview import PreviewRenderer
@@ -303,6 +309,7 @@ def test_two_cpu_workers_share_a_batch(studio):
         assert "tasks.pipeline.write_prompt" in worker.log.read_text()  # both took part
 
 
+@pytest.mark.xdist_group("reliability-generators")
 def test_dqa_grading_end_to_end_and_mas_grade(tmp_path):
     """MAS_GRADER=dqa on a real gpu worker: every attempt stores the five axes; `mas grade` re-grades."""
     from tests.test_dqa import build_tiny_clip
