@@ -148,37 +148,32 @@ class StyleItemReply(Reply):
 Items = Annotated[list[StyleItemReply], Field(max_length=LIST_MAX_ITEMS), BeforeValidator(_as_items)]
 
 
-class StyleReply(Reply):
+class CheckedReply(Reply):
+    """A reply the studio also checks for what it can measure: a `check` in the question's context, run as
+    validation, whose problems are shown to the model when it is asked again."""
+
+    @model_validator(mode="after")
+    def _sensible(self, info: ValidationInfo) -> CheckedReply:
+        check = (info.context or {}).get("check")
+        if check is not None:
+            problems = check(self)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return self
+
+
+class StyleReply(CheckedReply):
     """`read_style`: what the feedback likes and what it rules out, item by item. The studio's checks of
     a reading (`mas.agents.reading`) run as validation, with the feedback in the context."""
 
     liked: Items = []
     ruled_out: Items = []
 
-    @model_validator(mode="after")
-    def _sensible(self, info: ValidationInfo) -> StyleReply:
-        check = (info.context or {}).get("check")
-        if check is not None:
-            problems = check(self)
-            if problems:
-                raise ValueError("; ".join(problems))
-        return self
 
-
-class EnglishReply(Reply):
-    """`translate`: the feedback in English, which the studio's checks read. The studio's check (English it
-    reads, not the task's words) runs as validation, with the check in the context."""
+class EnglishReply(CheckedReply):
+    """`translate`: the feedback in English, checked to be English the studio reads."""
 
     english: RequiredText
-
-    @model_validator(mode="after")
-    def _sensible(self, info: ValidationInfo) -> EnglishReply:
-        check = (info.context or {}).get("check")
-        if check is not None:
-            problems = check(self)
-            if problems:
-                raise ValueError("; ".join(problems))
-        return self
 
 
 class DraftReply(Reply):
