@@ -438,6 +438,9 @@ def consolidate(self) -> dict:
             )
             activity.append(f"{v.state.value}: video {v.id} grade {v.grade} after {v.attempt_count} attempts; {prompt}")
     conversations = _conversations_since(settings, datetime.fromisoformat(since) if since else None)
+    # the newest of each that fit half the context budget: a night's work must not overflow the model's context
+    activity = _newest_within(activity, settings.llm.context_chars // 2, "finished videos")
+    conversations = _newest_within(conversations, settings.llm.context_chars // 2, "replies")
     for line in activity + conversations:
         recall.append(settings, "director_sleeptime", role="user", content=line[:500])
     result = crew.consolidator.consolidate(activity=activity, conversations=conversations)
@@ -469,6 +472,19 @@ def _conversations_since(settings, since: datetime | None) -> list[str]:
         said = recall.recent(settings, role, since=since, limit=2 * CONSOLIDATED_REPLIES)
         lines += [f"{m.agent} answered: {m.content[:300]}" for m in reversed(said) if m.role == "assistant"]
     return lines
+
+
+def _newest_within(lines: list[str], budget: int, what: str) -> list[str]:
+    """The newest lines (the list is oldest first) whose lengths add up to at most `budget`, oldest first, after
+    a line that counts the older ones left out."""
+    kept: list[str] = []
+    for line in reversed(lines):
+        if len(line) > budget:
+            break
+        budget -= len(line)
+        kept.append(line)
+    left_out = len(lines) - len(kept)
+    return ([f"({left_out} earlier {what} not listed)"] if left_out else []) + kept[::-1]
 
 
 # --- resume ---------------------------------------------------------------------------------------

@@ -164,3 +164,20 @@ def test_the_consolidator_reads_every_conversation_of_its_role(clean):
     assert "writer answered: a heron in mist, slow dolly-in" in read
     assert "writer.2 answered: a kite over dunes, golden hour" in read
     assert "cameraman.1 answered: refine: the motion is jittery" in read
+
+
+def test_the_consolidator_reads_the_newest_replies_that_fit_and_counts_the_rest(clean):
+    """A night's replies would overflow a model's context: the newest that fit half the budget, and a count."""
+    from mas.runtime.app import Studio
+
+    settings = clean.changed(llm_context_chars=2000)
+    for i in range(12):
+        recall.append(settings, "writer", role="assistant", content=f"prompt {i:02d}: " + "a heron in mist " * 12)
+    app = Studio(settings, set_as_current=False)
+    app.loader.import_default_modules()
+    app.tasks[names.CONSOLIDATE].apply().get(timeout=60)
+    read = [m.content for m in recall.context(settings, "director_sleeptime").messages if m.role == "user"]
+    listed = [line for line in read if line.startswith("writer answered: prompt")]
+    assert listed and listed[-1].startswith("writer answered: prompt 11") and len(listed) < 12
+    assert sum(map(len, listed)) <= 1000
+    assert f"({12 - len(listed)} earlier replies not listed)" in read

@@ -221,15 +221,17 @@ def test_the_api_key_is_sent_and_never_printed(clean):
 
 @pytest.mark.xdist_group("llm-batches")  # a worker of its own under pytest -n: the module's longest tests
 @pytest.mark.timeout(1500)  # the batches' own budget (1200 s) and the studio's start and stop
-def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_llm, tmp_path):
+def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(tmp_path):
     """Real workers, the real model as every agent: a batch, a series, an A/B test, and a refinement
     round (the preview grader grades a prompt low unless it asks for sharp focus, a steady camera and
     dominant colours, which a model seldom does at once, so weak attempts are refined)."""
     from tests.studio import IsolatedStudio
 
+    _need_server()
     # more reply retries than the default: a 135M model sometimes needs them, and a failed step is not the point
-    env = _env(real_llm.url, MAS_AGENT_RETRIES="2", MAS_LLM_REPLY_RETRIES="4")
-    with IsolatedStudio(tmp_path / "studio", **env) as studio:
+    # (a server of its own: calls the stopped workers left queued in it end with it, not in the next test's time)
+    with LocalLLM(tmp_path) as llm, IsolatedStudio(tmp_path / "studio", **_env(
+            llm.url, MAS_AGENT_RETRIES="2", MAS_LLM_REPLY_RETRIES="4")) as studio:
         studio.worker("cpu", concurrency=2)
         studio.worker("gpu")
         assert studio.mas("memory", "set", "quality_standards", "MAX_RETRIES", "2").returncode == 0
@@ -263,9 +265,10 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(real_l
 
 
 @pytest.mark.xdist_group("llm-server-down")
-@pytest.mark.usefixtures("real_llm")
 def test_a_batch_waits_for_a_server_that_is_down_and_resumes_when_it_returns(tmp_path):
     from tests.studio import IsolatedStudio
+
+    _need_server()
 
     port = free_port()
     # one attempt per video (MAS_MAX_RETRIES=1): the wait and the resumption are the point, not refinement,
