@@ -51,6 +51,7 @@ PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 TASK_PACKAGES = (
     "tasks.health",
     "tasks.pipeline",
+    "tasks.sleeptime",
     "tasks.maintenance",
     "tasks.warmup",
     "tasks.takeover",

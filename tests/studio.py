@@ -171,22 +171,10 @@ class IsolatedStudio:
         raise TimeoutError(f"timed out waiting for {what}")
 
     def quiet(self) -> bool:
-        """Nothing left to do: no message waits in any studio queue and none is delivered but unacknowledged
-        (every task acknowledges late, when it has finished)."""
-        app, client = app_for(self.settings), redis_client(self.settings)
-        keys = [key for queues in names.WORKER_QUEUES.values() for queue in queues for key in queue_keys(app, queue)]
-        return not any(client.llen(key) for key in keys) and not client.hlen("unacked")
+        return quiet(self.settings)
 
     def wait_quiet(self, timeout: float = 120) -> None:
-        """Until the studio is quiet twice in a row: what a recover or a resume sent has run, and sent nothing
-        more. Then "nothing came back" is a fact, not a guess about how long to wait."""
-        seen = [False]
-
-        def twice() -> bool:
-            seen.append(self.quiet())
-            return seen[-1] and seen[-2]
-
-        self.wait_until(twice, timeout=timeout, what="the studio to have nothing left to do")
+        wait_quiet(self.settings, timeout=timeout)
 
     def batch_done(self, batch_id: int) -> bool:
         """True once the batch is done; a batch that ended otherwise (failed, cancelled) raises at once with
@@ -210,3 +198,27 @@ class IsolatedStudio:
             videos = s.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.id))
             states = [(v.id, v.state.value, v.attempt_count, v.failure_reasons) for v in videos]
             return f"status {batch.status.value}, videos (id, state, attempts, reasons) {states}"
+
+
+def quiet(settings: Settings) -> bool:
+    """Nothing left to do: no message waits in any studio queue and none is delivered but unacknowledged
+    (every task acknowledges late, when it has finished)."""
+    app, client = app_for(settings), redis_client(settings)
+    keys = [key for queues in names.WORKER_QUEUES.values() for queue in queues for key in queue_keys(app, queue)]
+    return not any(client.llen(key) for key in keys) and not client.hlen("unacked")
+
+
+def wait_quiet(settings: Settings, timeout: float = 120) -> None:
+    """Until the studio is quiet twice in a row: what a recover or a resume sent has run, and sent nothing
+    more. Then "nothing came back" is a fact, not a guess about how long to wait."""
+    seen = [False]
+
+    def twice() -> bool:
+        seen.append(quiet(settings))
+        return seen[-1] and seen[-2]
+
+    deadline = time.monotonic() + timeout
+    while not twice():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for the studio to have nothing left to do")
+        time.sleep(0.2)

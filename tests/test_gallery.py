@@ -33,6 +33,7 @@ from mas.models import (
     Video,
     VideoState,
 )
+from tests.studio import wait_quiet
 
 
 def submitted(*args: str) -> int:
@@ -206,6 +207,7 @@ def memory_tables(settings) -> tuple:
 
 def test_opening_the_gallery_as_a_new_user_writes_nothing(settings):
     newcomer = TestClient(create_app(settings.for_user("gallery-newcomer")))
+    wait_quiet(settings)  # the module's batches have ended and their last listeners written the blocks
     before = memory_tables(settings)
     for path in ("/", "/memory"):
         page = newcomer.get(path)

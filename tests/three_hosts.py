@@ -146,8 +146,11 @@ class ThreeHosts:
                  what="host B in the middle of a step", interval=0.05)  # fmt: skip
         self.b.host.cut()
         cut = time.monotonic()
-        wait_for(lambda: all(self.moved(video, where) for video, where in held.items()), timeout=60,
-                 what="the steps B held done elsewhere", interval=0.2)  # fmt: skip
+        try:
+            wait_for(lambda: all(self.moved(video, where) for video, where in held.items()), timeout=60,
+                     what="the steps B held done elsewhere", interval=0.2)  # fmt: skip
+        except TimeoutError as exc:  # what the studio saw of them, for whoever reads the failure
+            raise TimeoutError(f"{exc}: held {held}; now {self.describe(held)}") from exc
         recovery["network cut"] = time.monotonic() - cut
         time.sleep(max(0.0, CUT_S - (time.monotonic() - cut)))  # the fault: B stays away CUT_S in all
         self.b.host.heal()
@@ -173,6 +176,15 @@ class ThreeHosts:
                 "where l.token is not null and split_part(l.worker, '/', 1) = :w and (cast(:s as text) is null or l.step = :s)"),
                 {"w": worker, "s": step}).all()  # fmt: skip
         return {row.id: (row.state, row.attempt_count) for row in rows}
+
+    def describe(self, videos: dict[int, tuple[str, int]]) -> list[dict]:
+        """The videos' rows and their leases, as the database has them now."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.text(
+                "select v.id, v.state, v.attempt_count, v.updated_at, l.step, l.worker, l.token is not null as held, "
+                "l.heartbeat_at, now() as now from videos v left join step_leases l on l.video_id = v.id "
+                "where v.id = any(:ids)"), {"ids": list(videos)}).mappings().all()  # fmt: skip
+        return [dict(row) for row in rows]
 
     def moved(self, video_id: int, where: tuple[str, int]) -> bool:
         with self.engine.connect() as conn:

@@ -1,0 +1,90 @@
+"""Sleeptime: the Director's companion summarizes recent work into session_state and archival learnings.
+
+Its task keeps the name it always had (`names.CONSOLIDATE`): beat's schedule and queued messages carry it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from celery import shared_task
+
+from mas import agents, names
+from mas.db import session_scope
+from mas.domain.states import TERMINAL
+from mas.memory import blocks, recall
+from mas.memory.archival import ArchivalMemory, NewPassage
+from mas.models import Attempt, Video
+from mas.runtime.app import AgentTask
+
+
+@shared_task(name=names.CONSOLIDATE, bind=True, base=AgentTask)
+def consolidate(self) -> dict:
+    """Sleeptime: from a clear buffer, summarize recent work into session_state and archival learnings."""
+    settings = self.app.settings
+    crew = agents.backend(settings)
+    recall.begin_run(settings, "director_sleeptime")
+    since = blocks.versioned(settings, "session_state").field_updated_at.get("LAST_SESSION_SUMMARY")
+    with session_scope(settings) as session:
+        stmt = sa.select(Video).where(Video.state.in_(list(TERMINAL))).order_by(Video.updated_at)
+        if since:
+            stmt = stmt.where(Video.updated_at > sa.func.cast(since, sa.DateTime(timezone=True)))
+        finished = session.scalars(stmt.limit(200)).all()
+        activity = []
+        for v in finished:
+            prompt = (
+                session.scalar(
+                    sa.select(Attempt.prompt).where(Attempt.video_id == v.id, Attempt.number == v.attempt_count)
+                )
+                or ""
+            )
+            activity.append(f"{v.state.value}: video {v.id} grade {v.grade} after {v.attempt_count} attempts; {prompt}")
+    conversations = _conversations_since(settings, datetime.fromisoformat(since) if since else None)
+    # the newest of each that fit half the context budget: a night's work must not overflow the model's context
+    activity = _newest_within(activity, settings.llm.context_chars // 2, "finished videos")
+    conversations = _newest_within(conversations, settings.llm.context_chars // 2, "replies")
+    for line in activity + conversations:
+        recall.append(settings, "director_sleeptime", role="user", content=line[:500])
+    result = crew.consolidator.consolidate(activity=activity, conversations=conversations)
+    recall.append(settings, "director_sleeptime", role="assistant", content=result.summary)
+    blocks.update(
+        settings,
+        "session_state",
+        {
+            "LAST_ACTIVITY": blocks.now_iso(),
+            "LAST_SESSION_SUMMARY": result.summary,
+        },
+        actor="director_sleeptime",
+    )
+    if result.learnings:
+        ArchivalMemory(settings).insert_many(
+            [NewPassage(text=text, tags=["learning"], metadata={"source": "sleeptime"}) for text in result.learnings]
+        )
+    return {"summary": result.summary, "learnings": result.learnings}
+
+
+CONSOLIDATED_REPLIES = 20
+"""Newest replies of each role (over all its conversations) that a consolidation reads."""
+
+
+def _conversations_since(settings, since: datetime | None) -> list[str]:
+    """What every conversation of every role answered since the last consolidation, oldest first."""
+    lines = []
+    for role in recall.PRIMARY_AGENTS:
+        said = recall.recent(settings, role, since=since, limit=2 * CONSOLIDATED_REPLIES)
+        lines += [f"{m.agent} answered: {m.content[:300]}" for m in reversed(said) if m.role == "assistant"]
+    return lines
+
+
+def _newest_within(lines: list[str], budget: int, what: str) -> list[str]:
+    """The newest lines (the list is oldest first) whose lengths add up to at most `budget`, oldest first, after
+    a line that counts the older ones left out."""
+    kept: list[str] = []
+    for line in reversed(lines):
+        if len(line) > budget:
+            break
+        budget -= len(line)
+        kept.append(line)
+    left_out = len(lines) - len(kept)
+    return ([f"({left_out} earlier {what} not listed)"] if left_out else []) + kept[::-1]
