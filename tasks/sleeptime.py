@@ -27,10 +27,10 @@ def consolidate(self) -> dict:
     recall.begin_run(settings, "director_sleeptime")
     since = blocks.versioned(settings, "session_state").field_updated_at.get("LAST_SESSION_SUMMARY")
     with session_scope(settings) as session:
-        stmt = sa.select(Video).where(Video.state.in_(list(TERMINAL))).order_by(Video.updated_at)
+        stmt = sa.select(Video).where(Video.state.in_(list(TERMINAL))).order_by(Video.updated_at.desc())
         if since:
             stmt = stmt.where(Video.updated_at > sa.func.cast(since, sa.DateTime(timezone=True)))
-        finished = session.scalars(stmt.limit(200)).all()
+        finished = session.scalars(stmt.limit(200)).all()[::-1]  # the newest 200, oldest first
         activity = []
         for v in finished:
             prompt = (
@@ -69,12 +69,15 @@ CONSOLIDATED_REPLIES = 20
 
 
 def _conversations_since(settings, since: datetime | None) -> list[str]:
-    """What every conversation of every role answered since the last consolidation, oldest first."""
-    lines = []
-    for role in recall.PRIMARY_AGENTS:
-        said = recall.recent(settings, role, since=since, limit=2 * CONSOLIDATED_REPLIES)
-        lines += [f"{m.agent} answered: {m.content[:300]}" for m in reversed(said) if m.role == "assistant"]
-    return lines
+    """What every conversation of every role answered since the last consolidation, oldest first over all
+    roles (so that the newest of them are the last, whichever role wrote them)."""
+    said = [
+        m
+        for role in recall.PRIMARY_AGENTS
+        for m in recall.recent(settings, role, since=since, limit=2 * CONSOLIDATED_REPLIES)
+        if m.role == "assistant"
+    ]
+    return [f"{m.agent} answered: {m.content[:300]}" for m in sorted(said, key=lambda m: m.id)]
 
 
 def _newest_within(lines: list[str], budget: int, what: str) -> list[str]:

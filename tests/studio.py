@@ -24,6 +24,7 @@ from mas.models import Batch, BatchStatus, Video
 from mas.runtime import services
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
+from tests.hosts import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -217,8 +218,4 @@ def wait_quiet(settings: Settings, timeout: float = 120) -> None:
         seen.append(quiet(settings))
         return seen[-1] and seen[-2]
 
-    deadline = time.monotonic() + timeout
-    while not twice():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for the studio to have nothing left to do")
-        time.sleep(0.2)
+    wait_for(twice, timeout=timeout, what="the studio to have nothing left to do", interval=0.3)

@@ -171,8 +171,10 @@ def test_the_consolidator_reads_the_newest_replies_that_fit_and_counts_the_rest(
     from mas.runtime.app import Studio
 
     settings = clean.changed(llm_context_chars=2000)
+    recall.append(settings, "cameraman", role="assistant", content="refine: the oldest verdict")
     for i in range(12):
         recall.append(settings, "writer", role="assistant", content=f"prompt {i:02d}: " + "a heron in mist " * 12)
+    recall.append(settings, "cameraman", role="assistant", content="accept: the newest verdict")
     app = Studio(settings, set_as_current=False)
     app.loader.import_default_modules()
     app.tasks[names.CONSOLIDATE].apply().get(timeout=60)
@@ -180,4 +182,7 @@ def test_the_consolidator_reads_the_newest_replies_that_fit_and_counts_the_rest(
     listed = [line for line in read if line.startswith("writer answered: prompt")]
     assert listed and listed[-1].startswith("writer answered: prompt 11") and len(listed) < 12
     assert sum(map(len, listed)) <= 1000
-    assert f"({12 - len(listed)} earlier replies not listed)" in read
+    assert f"({13 - len(listed)} earlier replies not listed)" in read  # the oldest verdict among them
+    # newest by time over every role, not by role: the newest verdict is read, the oldest is not
+    assert "cameraman answered: accept: the newest verdict" in read
+    assert "cameraman answered: refine: the oldest verdict" not in read
