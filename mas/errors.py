@@ -45,3 +45,7 @@ class InvalidSettings(PermanentError):
 
 class PeerUnavailable(RetryableError, ConnectionError):
     """A server the studio talks to could not be reached, timed out or answered 5xx."""
+
+
+class Unauthorized(PermanentError):
+    """The credential is missing, unknown, revoked or expired: nothing was done."""

@@ -250,8 +250,11 @@ class AgentBuffer(Base):
 class Series(Base):
     __tablename__ = "series"
 
+    __table_args__ = (UniqueConstraint("user_name", "name"),)
+
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
+    name: Mapped[str] = mapped_column(String(200))  # one user's series names are theirs alone
+    user_name: Mapped[str] = _user_column()
     theme: Mapped[str] = mapped_column(Text, default="")
     style: Mapped[str] = mapped_column(Text, default="")
     consistency_rules: Mapped[list] = mapped_column(JSONB, default=list)
@@ -391,3 +394,28 @@ class IdempotencyKey(Base):
     batch_id: Mapped[int | None] = mapped_column(Integer)
     schedule_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _now_column()
+
+
+class User(Base):
+    """Someone the studio knows by credential (`mas users add`): their role, and their gallery login's
+    password hash (scrypt) when they have one."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))  # admin | member (`mas.domain.identity.ROLES`)
+    password_hash: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class ApiKey(Base):
+    """One API key of a user: only the SHA-256 of its secret is kept; the key itself is shown once."""
+
+    __tablename__ = "api_keys"
+
+    key_id: Mapped[str] = mapped_column(String(16), primary_key=True)  # the key's public part: `mas_<key_id>_...`
+    user_name: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = _now_column()
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -50,7 +50,12 @@ def plan_batch(self, batch_id: int) -> dict:
         settings = self.app.settings.for_user(batch.user_name)  # the taste blocks of the user it is made for
         request, user = request_of(batch), batch.user_name
         series_name = (request.series_name or request.theme) if request.kind == "series" else None
-        done = session.scalar(sa.select(Series.episodes_planned).where(Series.name == series_name)) or 0
+        done = (
+            session.scalar(
+                sa.select(Series.episodes_planned).where(Series.name == series_name, Series.user_name == user)
+            )
+            or 0
+        )
     crew = agents.backend(settings)
     if request.kind == "ab":  # the Director proposes, the studio shows what teaches the user's taste most
         proposals = crew.director.plan(ab_design.proposals_request(request, settings=settings), batch_id=batch_id)
@@ -121,9 +126,10 @@ def plan_batch(self, batch_id: int) -> dict:
 
 def _add_to_series(settings, session: Session, batch: Batch, name: str, *, theme: str, plan: Plan) -> None:
     """The series the batch continues (made on its first batch), its style kept from its first plan."""
-    series = session.execute(sa.select(Series).where(Series.name == name).with_for_update()).scalar_one_or_none()
+    mine = sa.select(Series).where(Series.name == name, Series.user_name == batch.user_name)
+    series = session.execute(mine.with_for_update()).scalar_one_or_none()
     if series is None:
-        series = Series(name=name, theme=theme, episodes_planned=0, episodes_completed=0)
+        series = Series(name=name, user_name=batch.user_name, theme=theme, episodes_planned=0, episodes_completed=0)
         session.add(series)
         session.flush()
     series.style = series.style or plan.series_style

@@ -5,6 +5,7 @@ document submits, follows and picks; a retried submit makes one batch; credentia
 from __future__ import annotations
 
 import base64
+import re
 import time
 from typing import Any
 
@@ -193,3 +194,47 @@ def test_readyz_names_what_is_not_ready(http, clean):
     assert not_ready.status_code == 503
     checks = not_ready.json()["checks"]
     assert checks["video_backend"] != "ok" and checks["postgres"] == "ok" and checks["workers"] == "ok"
+
+
+def test_the_operator_makes_users_and_keys_and_the_key_decides_who_acts(clean):
+    """`mas users` makes the credentials; a member's submit is theirs whatever the body says, and naming
+    another user is refused with nothing stored; an admin acts for the user it names."""
+    from click.testing import CliRunner
+
+    from mas.cli import main
+    from mas.models import ApiKey
+
+    cli = CliRunner()
+    made = cli.invoke(main, ["users", "add", "alice"])
+    assert made.exit_code == 0, made.output
+    alice = made.stdout.strip().splitlines()[0]
+    assert re.fullmatch(r"mas_[0-9a-f]{12}_[A-Za-z0-9_-]{43}", alice)
+    again = cli.invoke(main, ["users", "add", "alice"])
+    assert again.exit_code != 0 and "already a user 'alice'" in again.output
+    root = cli.invoke(main, ["users", "add", "root", "--admin"]).stdout.strip().splitlines()[0]
+    with session_scope(clean) as session:
+        stored = session.scalars(sa.select(ApiKey.secret_hash)).all()
+    assert len(stored) == 2 and not any(h in alice or h in root for h in stored)  # only hashes kept
+    listed = cli.invoke(main, ["users", "list"]).output
+    assert re.search(r"alice\s+│?\s*member\s+│?\s*1\b", listed) and re.search(r"root\s+│?\s*admin", listed), listed
+
+    http = TestClient(create_app(clean), raise_server_exceptions=False)
+    as_alice, as_root = {"Authorization": f"Bearer {alice}"}, {"Authorization": f"Bearer {root}"}
+    refused = http.post("/api/v1/batches", json={"theme": "owls", "count": 1, "user": "bob"}, headers=as_alice)
+    assert refused.status_code == 403 and refused.json()["retryable"] is False
+    with session_scope(clean) as session:
+        assert session.scalar(sa.select(sa.func.count()).select_from(Batch)) == 0
+    mine = http.post("/api/v1/batches", json={"theme": "owls", "count": 1}, headers=as_alice)
+    for_bob = http.post("/api/v1/batches", json={"theme": "cranes", "count": 1, "user": "bob"}, headers=as_root)
+    assert mine.status_code == for_bob.status_code == 201, (mine.text, for_bob.text)
+    with session_scope(clean) as session:
+        owners = dict(session.execute(sa.select(Batch.id, Batch.user_name)).all())
+    assert owners == {mine.json()["batch_id"]: "alice", for_bob.json()["batch_id"]: "bob"}
+
+    second = cli.invoke(main, ["users", "keys", "alice", "--expires-days", "1"]).stdout.strip().splitlines()[0]
+    key_id = second.split("_")[1]
+    assert cli.invoke(main, ["users", "revoke", "alice", key_id]).output.startswith("revoked 1 key of alice")
+    assert http.get("/api/v1/batches", headers={"Authorization": f"Bearer {second}"}).status_code == 401
+    assert http.get("/api/v1/batches", headers=as_alice).status_code == 200  # her first key still works
+    unknown = cli.invoke(main, ["users", "revoke", "nobody"])
+    assert unknown.exit_code != 0 and "there is no user 'nobody'" in unknown.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -363,7 +364,7 @@ def test_half_a_credential_pair_is_refused(settings):
 
 def test_serving_beyond_loopback_requires_credentials(settings):
     for host in ("0.0.0.0", "192.168.1.20", "::"):
-        with pytest.raises(GalleryError, match="without credentials: set MAS_GALLERY_USER"):
+        with pytest.raises(GalleryError, match="without credentials: add users"):
             serve(settings, host=host, port=0)  # refused before anything binds
     guarded = settings.model_copy(update={"gallery_user": "ana", "gallery_password": SecretStr("pw")})
     assert server(guarded, host="0.0.0.0", port=0).config.host == "0.0.0.0"
@@ -433,3 +434,124 @@ def test_cancelling_each_video_of_a_batch_finishes_it(settings):
     assert twice.exit_code == 1 and "already cancelled; nothing changed" in twice.output
     neither = runner.invoke(main, ["cancel"])
     assert neither.exit_code == 2 and "give a BATCH" in neither.output
+
+
+# --- one studio, many users: a member sees and changes nothing of another's -------------------------
+
+A_MARKS = ("paper lanterns", "Lantern Keepers", "heron", "purple")
+"""Words only the module's user ("default") has in their batches, series, test and style."""
+MISSING = 987654  # an id no row has (a larger one is refused by the gallery's id convertor)
+
+
+def every_route(app) -> list[tuple[str, str]]:
+    """Every (path, verb) the gallery and its mounted API answer, from the apps themselves."""
+    from starlette.routing import Mount, Route
+
+    pairs = []
+    for route in app.routes:
+        if isinstance(route, Mount):  # the API: every operation its OpenAPI document names, and the document's own
+            paths = route.app.openapi()["paths"]
+            pairs += [(route.path + path, verb.upper()) for path, item in paths.items() for verb in item]
+            pairs += [(route.path + path, verb) for path, verb in every_route(route.app)]
+        elif isinstance(route, Route):
+            pairs += [(route.path, method) for method in sorted((route.methods or {"GET"}) - {"HEAD"})]
+    return pairs
+
+
+def everything_counted(settings) -> dict:
+    """Each table's rows, and what an action or a pick would change in place."""
+    with session_scope(settings) as s:
+        tables = s.execute(
+            sa.text("select tablename from pg_tables where schemaname='public' and tablename<>'alembic_version'")
+        ).scalars().all()
+        counts = {t: s.scalar(sa.text(f"select count(*) from {t}")) for t in tables}
+        batches = s.execute(sa.select(Batch.id, Batch.status, Batch.updated_at).order_by(Batch.id)).all()
+        videos = s.execute(sa.select(Video.id, Video.state).order_by(Video.id)).all()
+        tests = s.execute(sa.select(ABTest.id, ABTest.status, ABTest.winner_label).order_by(ABTest.id)).all()
+        memory = s.execute(sa.select(MemoryBlock.label, MemoryBlock.version).order_by(MemoryBlock.label)).all()
+    return {"counts": counts, "batches": batches, "videos": videos, "tests": tests, "memory": memory}
+
+
+def test_a_member_finds_nothing_of_another_members_work_on_any_route(settings, studio):
+    from mas.accounts import users
+
+    keys = {"default": users.add(settings, "default"), "bob": users.add(settings, "bob"),
+            "root": users.add(settings, "root", role="admin")}  # fmt: skip
+    try:
+        app = create_app(settings)
+        http = TestClient(app, raise_server_exceptions=False)
+        as_ = {name: {"Authorization": f"Bearer {key}"} for name, key in keys.items()}
+        video = videos_of(settings, studio.batch)[0]
+        a_objects = {"batch_id": studio.batch, "series_id": studio.series, "test_id": studio.test,
+                     "video_id": video.id, "path": Path(video.output_path).relative_to(settings.videos_dir).as_posix()}  # fmt: skip
+        body = {"/api/v1/batches": {"theme": "owls", "count": 1, "user": "default"}, "/api/v1/ab/{test_id}/pick": {"label": "A", "user": "default"}}
+        wait_quiet(settings)  # the module's batches write their last memories after they end
+        tried, before = [], everything_counted(settings)
+        for template, verb in every_route(app):
+            if template in ("/healthz", "/readyz"):
+                continue  # probes: whether the studio works, nothing anyone owns
+            for action in ("cancel", "pause", "continue") if "{action}" in template else (None,):
+                params = {name: value for name, value in a_objects.items() if "{" + name in template}
+                fill = {**a_objects, "action": action, "label": "A"}
+                url = re.sub(r"\{(\w+)(:\w+)?\}", lambda m, fill=fill: str(fill[m.group(1)]), template)
+                query = "?user=default" if template.startswith("/api/v1/memory") else ""
+                reply = http.request(verb, url + query, headers=as_["bob"], json=body.get(template))
+                tried.append((template, verb, reply.status_code))
+                text = reply.text
+                if params:  # one of A's objects: not found, and said exactly as for one that does not exist
+                    assert reply.status_code == 404, (template, verb, reply.status_code, text)
+                    missing = re.sub(r"\{(\w+)(:\w+)?\}", lambda m, fill=fill, params=params: str(
+                        MISSING if m.group(1) in params else fill[m.group(1)]), template)  # fmt: skip
+                    if "path" in params:
+                        missing = url.replace(a_objects["path"], "nothing.mp4")
+                    expected = http.request(verb, missing + query, headers=as_["bob"], json=body.get(template)).text
+                    if "path" in params:
+                        expected = expected.replace("nothing.mp4", a_objects["path"])
+                    for value in params.values():
+                        expected = expected.replace(str(MISSING), str(value))
+                    assert text == expected, (template, verb)
+                elif query or (template == "/api/v1/batches" and verb == "POST"):
+                    assert reply.status_code == 403, (template, verb, reply.status_code, text)  # named another user
+                elif template == "/metrics":
+                    assert reply.status_code == 403  # every user's figures: an admin's
+                else:
+                    assert reply.status_code == 200, (template, verb, reply.status_code, text)
+                assert not any(mark in text for mark in A_MARKS), (template, verb, text[:300])
+        assert everything_counted(settings) == before
+        assert http.get("/api/v1/batches", headers=as_["bob"]).json() == []
+        own = http.get("/api/v1/memory/blocks", headers=as_["bob"]).json()
+        assert set(own) == set(blocks.PER_USER) and "purple" not in str(own)
+        pairs = {(t, v) for t, v, _ in tried}
+        print(f"isolation: {len(pairs)} (route, verb) pairs, {len(tried)} requests as another member")
+        assert len(pairs) >= 20
+
+        # the owner and an admin reach the same things
+        for who in ("default", "root"):
+            assert http.get(f"/api/v1/batches/{studio.batch}", headers=as_[who]).status_code == 200
+            assert http.get(f"/batches/{studio.batch}", headers=as_[who]).status_code == 200
+            assert http.get(f"/files/{a_objects['path']}", headers=as_[who]).status_code == 200
+        done = http.post(f"/api/v1/batches/{studio.batch}/cancel", headers=as_["root"])
+        assert done.status_code == 409 and "nothing changed" in done.text  # reached: a finished batch stays so
+        assert http.get("/metrics", headers=as_["root"]).status_code == 200
+        assert "purple" in str(http.get("/api/v1/memory/blocks?user=default", headers=as_["root"]).json())
+        assert studio.batch in [b["id"] for b in http.get("/api/v1/batches", headers=as_["default"]).json()]
+
+        # a gallery login of one's own
+        users.set_password(settings, "bob", "a long enough password")
+        page = http.get("/", auth=("bob", "a long enough password"))
+        assert page.status_code == 200 and not any(mark in page.text for mark in A_MARKS)
+        assert http.get("/", auth=("bob", "a wrong password here")).status_code == 401
+
+        # revoked and expired keys are refused
+        assert users.revoke(settings, "bob") == 1
+        assert http.get("/api/v1/batches", headers=as_["bob"]).status_code == 401
+        assert http.get("/", auth=("bob", "a long enough password")).status_code == 401
+        later = users.new_key(settings, "bob")
+        assert http.get("/api/v1/batches", headers={"Authorization": f"Bearer {later}"}).status_code == 200
+        with session_scope(settings) as s:
+            s.execute(sa.text("update api_keys set expires_at = now() - interval '1 second' where revoked_at is null"))
+        assert http.get("/api/v1/batches", headers={"Authorization": f"Bearer {later}"}).status_code == 401
+        assert http.get("/api/v1/batches").status_code == 401  # with users, no credential is no one
+    finally:
+        with session_scope(settings) as s:
+            s.execute(sa.text("delete from users"))

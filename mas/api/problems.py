@@ -11,10 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from mas.errors import InvalidInput, InvalidSettings, PeerUnavailable, RetryableError, StudioError
+from mas.domain.identity import ActsForOthers
+from mas.errors import InvalidInput, InvalidSettings, PeerUnavailable, RetryableError, StudioError, Unauthorized
 
 MEDIA_TYPE = "application/problem+json"
-TITLES = {400: "Bad request", 401: "Unauthorized", 404: "Not found", 405: "Method not allowed", 409: "Conflict",
+TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 409: "Conflict",
           422: "Invalid request", 503: "Unavailable"}  # fmt: skip
 
 
@@ -43,6 +44,10 @@ def status_of(exc: StudioError) -> tuple[int, str]:
     """The HTTP status and problem kind of a studio error."""
     if isinstance(exc, NotFound):
         return 404, "not-found"
+    if isinstance(exc, Unauthorized):
+        return 401, "unauthorized"
+    if isinstance(exc, ActsForOthers):
+        return 403, "forbidden"
     if isinstance(exc, Conflict):
         return 409, "conflict"
     if isinstance(exc, PeerUnavailable):

@@ -3,6 +3,10 @@
 Every route acts through the same core functions as the CLI and the gallery's buttons (`production.submit`,
 `control.cancel_batch`, `preferences.pick`, ...), so a program driving the studio gets exactly what a person
 at the terminal gets. Reads come from PostgreSQL; nothing here keeps state.
+
+Who acts is the caller the credential proved (`mas.api.callers`): a member's requests are theirs, and another
+user's batch, video or test is "not found" to them, exactly as one that does not exist; an admin sees
+everyone's and acts for a user it names.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from sqlalchemy.orm import selectinload
 from starlette.responses import FileResponse
 
+from mas.api.callers import acting, identity_of, sees
 from mas.api.idempotency import once
 from mas.api.problems import Conflict, NotFound
 from mas.api.schemas import ABTestOut, BatchOut, BatchRequest, Pick, Submitted, VideoOut
@@ -28,11 +33,6 @@ router = APIRouter()
 MAX_ID = 2**31 - 1  # a larger id is simply not found
 PROBLEM = {"model": dict, "content": {"application/problem+json": {}}, "description": "A problem (RFC 9457)."}
 ERRORS: dict[int | str, dict[str, Any]] = {404: PROBLEM, 409: PROBLEM, 422: PROBLEM, 503: PROBLEM}
-
-
-def _settings(request: Request, user: str | None = None) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings.for_user(user) if user else settings
 
 
 def _request_of(body: BatchRequest, settings: Settings) -> ProductionRequest:
@@ -65,7 +65,7 @@ def submit(
     """Submit a batch, a series' next episodes or an A/B test, now or at a time (`at`)."""
     from mas.pipeline import production
 
-    settings = _settings(request, body.user)
+    settings = acting(request, body.user)
     production_request = _request_of(body, settings)
 
     def run() -> tuple[int | None, int | None]:
@@ -102,8 +102,11 @@ def list_batches(
     statuses = {s.value for s in BatchStatus}
     if status is not None and status not in statuses:
         raise InvalidInput(f"unknown status {status!r}; use one of {', '.join(sorted(statuses))}")
-    with session_scope(_settings(request)) as session:
+    identity = identity_of(request)
+    with session_scope(acting(request)) as session:
         stmt = sa.select(Batch).order_by(Batch.id.desc()).limit(limit)
+        if not identity.is_admin:
+            stmt = stmt.where(Batch.user_name == identity.name)
         if status is not None:
             stmt = stmt.where(Batch.status == BatchStatus(status))
         batches = session.scalars(stmt).all()
@@ -111,10 +114,10 @@ def list_batches(
         return [BatchOut.of(b, counts=counts.get(b.id)) for b in batches]
 
 
-def _batch(settings: Settings, batch_id: int) -> BatchOut:
-    with session_scope(settings) as session:
+def _batch(request: Request, batch_id: int) -> BatchOut:
+    with session_scope(acting(request)) as session:
         batch = session.get(Batch, batch_id) if batch_id <= MAX_ID else None
-        if batch is None:
+        if batch is None or not sees(request, batch.user_name):
             raise NotFound(f"there is no batch {batch_id}")
         videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
         return BatchOut.of(batch, videos)
@@ -123,7 +126,7 @@ def _batch(settings: Settings, batch_id: int) -> BatchOut:
 @router.get("/batches/{batch_id}", response_model=BatchOut, responses=ERRORS, tags=["batches"])
 def get_batch(batch_id: int, request: Request) -> BatchOut:
     """One batch with its videos."""
-    return _batch(_settings(request), batch_id)
+    return _batch(request, batch_id)
 
 
 @router.post("/batches/{batch_id}/{action}", response_model=BatchOut, responses=ERRORS, tags=["batches"])
@@ -134,25 +137,28 @@ def act_on_batch(batch_id: int, action: str, request: Request) -> BatchOut:
     actions = {"cancel": control.cancel_batch, "pause": control.pause_batch, "continue": control.continue_batch}
     if action not in actions:
         raise NotFound(f"no action {action!r} on a batch: cancel, pause or continue")
-    settings = _settings(request)
-    _batch(settings, batch_id)  # 404 before anything is tried
+    _batch(request, batch_id)  # 404 before anything is tried
     try:
-        actions[action](settings, batch_id)
+        actions[action](acting(request), batch_id)
     except control.NotChangeable as exc:
         raise Conflict(str(exc)) from None
-    return _batch(settings, batch_id)
+    return _batch(request, batch_id)
 
 
 @router.get("/videos/{video_id}", response_model=VideoOut, responses=ERRORS, tags=["videos"])
 def get_video(video_id: int, request: Request) -> VideoOut:
     """One video with every attempt (prompt, grade, scores, reasons)."""
-    with session_scope(_settings(request)) as session:
+    with session_scope(acting(request)) as session:
         video = (
-            session.scalars(sa.select(Video).options(selectinload(Video.attempts)).where(Video.id == video_id)).first()
+            session.scalars(
+                sa.select(Video)
+                .options(selectinload(Video.attempts), selectinload(Video.batch))
+                .where(Video.id == video_id)
+            ).first()
             if video_id <= MAX_ID
             else None
         )
-        if video is None:
+        if video is None or not sees(request, video.batch.user_name):
             raise NotFound(f"there is no video {video_id}")
         return VideoOut.of(video, with_attempts=True)
 
@@ -162,10 +168,10 @@ def video_file(video_id: int, request: Request) -> FileResponse:
     """The video's mp4 (with range requests), wherever the storage keeps it."""
     from mas.storage import local_copy
 
-    settings = _settings(request)
+    settings = acting(request)
     with session_scope(settings) as session:
         video = session.get(Video, video_id) if video_id <= MAX_ID else None
-        if video is None:
+        if video is None or not sees(request, video.batch.user_name):
             raise NotFound(f"there is no video {video_id}")
         location = video.output_path
     path = local_copy(settings, location)
@@ -177,7 +183,7 @@ def video_file(video_id: int, request: Request) -> FileResponse:
 @router.get("/ab/{test_id}", response_model=ABTestOut, responses=ERRORS, tags=["ab"])
 def get_ab_test(test_id: int, request: Request) -> ABTestOut:
     """An A/B test, its variations and whether it is ready for a pick."""
-    with session_scope(_settings(request)) as session:
+    with session_scope(acting(request)) as session:
         test = (
             session.scalars(
                 sa.select(ABTest).options(selectinload(ABTest.variations)).where(ABTest.id == test_id)
@@ -185,7 +191,7 @@ def get_ab_test(test_id: int, request: Request) -> ABTestOut:
             if test_id <= MAX_ID
             else None
         )
-        if test is None:
+        if test is None or not sees(request, test.user_name):
             raise NotFound(f"there is no A/B test {test_id}")
         ids = [v.video_id for v in test.variations if v.video_id is not None]
         videos = {v.id: v for v in session.scalars(sa.select(Video).where(Video.id.in_(ids)))}
@@ -197,10 +203,12 @@ def pick_winner(test_id: int, body: Pick, request: Request) -> ABTestOut:
     """Record the user's winner (as `mas pick`): the studio learns the user's taste from it."""
     from mas.learning.preferences import PreferenceError, pick
 
-    settings = _settings(request, body.user)
-    get_ab_test(test_id, request)  # 404 before anything is tried
+    owner = get_ab_test(test_id, request).user  # 404 before anything is tried
+    named = identity_of(request).acts_for(body.user)
+    if body.user is not None and named != owner:
+        raise InvalidInput(f"A/B test {test_id} is {owner}'s: a pick on it is theirs")
     try:
-        pick(settings, test_id, body.label)
+        pick(acting(request, owner), test_id, body.label)
     except PreferenceError as exc:
         raise Conflict(str(exc)) from None
     return get_ab_test(test_id, request)
@@ -210,10 +218,17 @@ def pick_winner(test_id: int, body: Pick, request: Request) -> ABTestOut:
 def memory_blocks(
     request: Request, user: Annotated[str | None, Query(description="Whose taste blocks.")] = None
 ) -> dict[str, dict[str, Any]]:
-    """Every core memory block (the taste blocks of `user`)."""
+    """Every core memory block (the taste blocks of `user`); a member reads their own taste blocks only."""
+    return _blocks(request, user)
+
+
+def _blocks(request: Request, user: str | None) -> dict[str, dict[str, Any]]:
     from mas.memory import blocks
 
-    return blocks.read_all(_settings(request, user))
+    everything = blocks.read_all(acting(request, user))
+    if identity_of(request).is_admin:
+        return everything
+    return {label: value for label, value in everything.items() if label in blocks.PER_USER}
 
 
 @router.get("/memory/blocks/{label}", response_model=dict[str, Any], responses=ERRORS, tags=["memory"])
@@ -221,9 +236,7 @@ def memory_block(
     label: str, request: Request, user: Annotated[str | None, Query(description="Whose taste blocks.")] = None
 ) -> dict[str, Any]:
     """One core memory block."""
-    from mas.memory import blocks
-
-    everything = blocks.read_all(_settings(request, user))
+    everything = _blocks(request, user)
     if label not in everything:
         raise NotFound(f"there is no block {label!r}; blocks: {', '.join(sorted(everything))}")
     return everything[label]

@@ -38,7 +38,10 @@ class BatchRequest(Strict):
     priority: Literal["high", "normal"] | None = Field(
         default=None, description="high goes to the urgent queues; default: high for an A/B test, else normal."
     )
-    user: str | None = Field(default=None, description="Whose taste the videos are made for (default: the studio's).")
+    user: str | None = Field(
+        default=None,
+        description="Whose taste the videos are made for: the caller's by default; only an admin names another user.",
+    )
     at: datetime | None = Field(
         default=None, description="Start the batch at this time (with a time zone) instead of now: a schedule."
     )
@@ -188,7 +191,9 @@ class Pick(Strict):
     """The user's winner of an A/B test."""
 
     label: str = Field(min_length=1, max_length=8, description="The chosen variation's label, e.g. A.")
-    user: str | None = Field(default=None, description="Whose pick it is (default: the studio's user).")
+    user: str | None = Field(
+        default=None, description="Whose pick it is: always the test's owner; a member may name only themselves."
+    )
 
 
 class Problem(BaseModel):

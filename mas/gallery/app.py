@@ -8,43 +8,40 @@ thread pool, where the synchronous SQLAlchemy sessions belong.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import sqlalchemy as sa
 import uvicorn
 from sqlalchemy.orm import Session, selectinload
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
     JSONResponse,
-    PlainTextResponse,
     Response,
 )
 from starlette.routing import Mount, Route
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mas.accounts import users
 from mas.api import create_api
+from mas.api.callers import acting, identity_of, sees
 from mas.api.health import healthz, readyz
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
 from mas.domain.states import TERMINAL
-from mas.errors import InvalidInput, InvalidSettings
+from mas.errors import InvalidInput
 from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
 from mas.gallery.control import batch_action, pick_winner
 from mas.gallery.frames import strip_jpeg
+from mas.gallery.gate import GalleryError, Gate, configured_login
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
@@ -62,23 +59,10 @@ LIST_LIMIT = 100
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
-Row = TypeVar("Row")
-
-
-class GalleryError(InvalidSettings, ValueError):
-    """The gallery can't start as configured; the message says what to set."""
+Owned = TypeVar("Owned", Batch, Series, ABTest)
 
 
 # --- serving --------------------------------------------------------------------------------------
-
-
-def credentials(settings: Settings) -> tuple[str, str] | None:
-    """(user, password) when basic auth is configured, None when not; half a pair is an error."""
-    user = settings.service.gallery_user or ""
-    password = settings.service.gallery_password.get_secret_value() if settings.service.gallery_password else ""
-    if bool(user) != bool(password):
-        raise GalleryError("set both MAS_GALLERY_USER and MAS_GALLERY_PASSWORD, or neither")
-    return (user, password) if user else None
 
 
 def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> uvicorn.Server:
@@ -89,10 +73,11 @@ def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> 
     reaching it through DNS rebinding.
     """
     loopback = is_loopback(host)
-    if not loopback and credentials(settings) is None and settings.service.api_token is None:
+    guarded = configured_login(settings) is not None or settings.service.api_token is not None
+    if not loopback and not guarded and not users.any_users(settings):
         raise GalleryError(
-            f"refusing to serve the gallery on {host} without credentials: set MAS_GALLERY_USER and "
-            "MAS_GALLERY_PASSWORD (or MAS_API_TOKEN), or serve on 127.0.0.1"
+            f"refusing to serve the gallery on {host} without credentials: add users (`mas users add`), or set "
+            "MAS_GALLERY_USER and MAS_GALLERY_PASSWORD (or MAS_API_TOKEN), or serve on 127.0.0.1"
         )
     app = create_app(settings, allowed_hosts=LOOPBACK_HOSTS | {host} if loopback else None)
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
@@ -103,111 +88,17 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> N
     server(settings, host=host, port=port).run()
 
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-"""Probes answer without credentials (they tell whether the studio works, not what it holds)."""
-
-
-class _Gate:
-    """Refuses a request before any route runs: a Host header not allowed, or missing/wrong credentials
-    (basic auth with the gallery's user and password, or the API's bearer token, whichever are set)."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        login: tuple[str, str] | None,
-        token: str | None,
-        hosts: frozenset[str] | None,
-    ) -> None:
-        self.app = app
-        self.login = None if login is None else (login[0].encode(), login[1].encode())
-        self.token = None if token is None else token.encode()
-        self.hosts = hosts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = (
-            self._refusal(Headers(scope=scope), scope.get("path", ""), scope.get("method", "GET"))
-            if scope["type"] == "http"
-            else None
-        )
-        if refusal is None:
-            await self.app(scope, receive, send)
-        else:
-            await refusal(scope, receive, send)
-
-    def _refusal(self, headers: Headers, path: str, method: str) -> Response | None:
-        if self.hosts is not None and _hostname(headers.get("host", "")) not in self.hosts:
-            return PlainTextResponse("this gallery only answers to its loopback host names", status_code=400)
-        if method != "GET" and path.startswith("/api/") and _cross_site(headers):
-            return JSONResponse(
-                {"type": "urn:mas:problem:cross-site", "title": "Forbidden", "status": 403, "retryable": False,
-                 "detail": "a request sent from another site's page was refused; nothing changed"},
-                status_code=403, media_type="application/problem+json",
-            )  # fmt: skip
-        if (self.login is None and self.token is None) or path in OPEN_PATHS:
-            return None
-        authorization = headers.get("authorization", "")
-        if self.login is not None and _basic_auth_ok(authorization, self.login):
-            return None
-        if self.token is not None and _bearer_ok(authorization, self.token):
-            return None
-        if path.startswith("/api/"):
-            return JSONResponse(
-                {"type": "urn:mas:problem:unauthorized", "title": "Unauthorized", "status": 401,
-                 "detail": "the studio needs its credentials (basic auth or a bearer token)", "retryable": False},
-                status_code=401, media_type="application/problem+json",
-                headers={"WWW-Authenticate": 'Bearer realm="mas", Basic realm="mas gallery", charset="UTF-8"'},
-            )  # fmt: skip
-        return PlainTextResponse(
-            "the gallery needs its user and password",
-            status_code=401,
-            headers={"WWW-Authenticate": 'Basic realm="mas gallery", charset="UTF-8"'},
-        )
-
-
-def _hostname(host_header: str) -> str | None:
-    try:
-        return urlsplit("//" + host_header).hostname
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        return None
-
-
-def _cross_site(headers: Headers) -> bool:
-    """A page on another site made the browser send this (CSRF): browsers send Origin on such a request."""
-    origin = headers.get("origin")
-    return origin is not None and urlsplit(origin).netloc != headers.get("host")
-
-
-def _bearer_ok(header: str, token: bytes) -> bool:
-    scheme, _, given = header.partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), token)
-
-
-def _basic_auth_ok(header: str, login: tuple[bytes, bytes]) -> bool:
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
-        return False
-    try:
-        user, sep, password = base64.b64decode(encoded.strip(), validate=True).partition(b":")
-    except binascii.Error:
-        return False
-    # both compared every time, in constant time, so timing tells nothing about either
-    user_ok = secrets.compare_digest(user, login[0])
-    password_ok = secrets.compare_digest(password, login[1])
-    return bool(sep) and user_ok and password_ok
-
-
 MAX_PATH_CHARS = 1024
 """The longest file path the gallery looks up (a longer one cannot name a video the studio wrote)."""
 
 
 def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = None) -> Starlette:
-    """The gallery as an ASGI app; basic auth is enforced whenever credentials are set, and then the
-    signed-in user is whose taste the gallery shows and whose picks it records."""
-    login = credentials(settings)
+    """The gallery as an ASGI app behind its gate: whoever the credential proves is whose work the pages show
+    (everyone's for an admin), whose taste they show and whose picks they record."""
+    login = configured_login(settings)
     if login is not None:
         try:
-            settings = settings.for_user(login[0])
+            settings.for_user(login[0])
         except InvalidInput as exc:
             raise GalleryError(f"MAS_GALLERY_USER is also the studio user: {exc}") from None
     app = Starlette(
@@ -223,17 +114,10 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/files/{path:path}", video_file),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-            Route("/metrics", metrics),
+            Route("/metrics", studio_metrics),
             Mount("/api/v1", app=create_api(settings)),
         ],
-        middleware=[
-            Middleware(
-                _Gate,
-                login=login,
-                token=settings.service.api_token.get_secret_value() if settings.service.api_token else None,
-                hosts=allowed_hosts,
-            )
-        ],
+        middleware=[Middleware(Gate, settings=settings, hosts=allowed_hosts)],
         exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},
     )
     app.state.settings = settings
@@ -270,11 +154,19 @@ class Progress:
 
 
 def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+    """The settings of the caller the gate proved (whose taste the pages show)."""
+    return acting(request)
 
 
-def _get(session: Session, model: type[Row], key: int) -> Row | None:
-    return session.get(model, key) if key <= MAX_ID else None
+def _get(request: Request, session: Session, model: type[Owned], key: int) -> Owned | None:
+    """The row, or None when there is none or it is another user's (a member sees only their own)."""
+    row = session.get(model, key) if key <= MAX_ID else None
+    return row if row is not None and sees(request, row.user_name) else None
+
+
+def _mine(request: Request, stmt: sa.Select, model: type[Batch | Series | ABTest]) -> sa.Select:
+    identity = identity_of(request)
+    return stmt if identity.is_admin else stmt.where(model.user_name == identity.name)
 
 
 def _served_file(settings: Settings, video: Video) -> tuple[str | None, str]:
@@ -309,9 +201,15 @@ def _videos(session: Session, ids: Iterable[int]) -> dict[int, Video]:
 
 def index(request: Request) -> Response:
     with session_scope(_settings(request)) as session:
-        batches = list(session.scalars(sa.select(Batch).order_by(Batch.id.desc()).limit(LIST_LIMIT)))
-        series = list(session.scalars(sa.select(Series).order_by(Series.id.desc()).limit(LIST_LIMIT)))
-        tests = list(session.scalars(sa.select(ABTest).order_by(ABTest.id.desc()).limit(LIST_LIMIT)))
+        batches = list(
+            session.scalars(_mine(request, sa.select(Batch), Batch).order_by(Batch.id.desc()).limit(LIST_LIMIT))
+        )
+        series = list(
+            session.scalars(_mine(request, sa.select(Series), Series).order_by(Series.id.desc()).limit(LIST_LIMIT))
+        )
+        tests = list(
+            session.scalars(_mine(request, sa.select(ABTest), ABTest).order_by(ABTest.id.desc()).limit(LIST_LIMIT))
+        )
         progress = _progress(session, batches)
     memory = blocks.read_all(_settings(request))
     return templates.TemplateResponse(
@@ -330,7 +228,7 @@ def index(request: Request) -> Response:
 def batch_page(request: Request) -> Response:
     settings, batch_id = _settings(request), request.path_params["batch_id"]
     with session_scope(settings) as session:
-        batch = _get(session, Batch, batch_id)
+        batch = _get(request, session, Batch, batch_id)
         if batch is None:
             raise HTTPException(404, f"there is no batch {batch_id}")
         videos = list(
@@ -341,7 +239,7 @@ def batch_page(request: Request) -> Response:
                 .options(selectinload(Video.attempts))
             )
         )
-        series = _get(session, Series, batch.series_id) if batch.series_id else None
+        series = _get(request, session, Series, batch.series_id) if batch.series_id else None
         (progress,) = _progress(session, [batch])
     return templates.TemplateResponse(
         request,
@@ -357,7 +255,7 @@ def batch_page(request: Request) -> Response:
 def series_page(request: Request) -> Response:
     series_id = request.path_params["series_id"]
     with session_scope(_settings(request)) as session:
-        series = _get(session, Series, series_id)
+        series = _get(request, session, Series, series_id)
         if series is None:
             raise HTTPException(404, f"there is no series {series_id}")
         batches = list(session.scalars(sa.select(Batch).where(Batch.series_id == series_id).order_by(Batch.id)))
@@ -368,7 +266,7 @@ def series_page(request: Request) -> Response:
 def ab_page(request: Request) -> Response:
     settings, test_id = _settings(request), request.path_params["test_id"]
     with session_scope(settings) as session:
-        test = _get(session, ABTest, test_id)
+        test = _get(request, session, ABTest, test_id)
         if test is None:
             raise HTTPException(404, f"there is no A/B test {test_id}")
         variations = list(
@@ -400,6 +298,8 @@ def ab_page(request: Request) -> Response:
 
 def memory_page(request: Request) -> Response:
     memory = blocks.read_all(_settings(request))
+    if not identity_of(request).is_admin:  # a member's own taste only: the studio's blocks speak of everyone's work
+        memory = {label: value for label, value in memory.items() if label in blocks.PER_USER}
     return templates.TemplateResponse(
         request,
         "memory.html",
@@ -411,11 +311,19 @@ def memory_page(request: Request) -> Response:
     )
 
 
+def studio_metrics(request: Request) -> Response:
+    """/metrics for admins (Prometheus scrapes with the operator's token or an admin's key): its figures
+    cover every user's work."""
+    if not identity_of(request).is_admin:
+        raise HTTPException(403, "the studio's metrics cover every user's work: an admin's credential reads them")
+    return metrics(request)
+
+
 def frames(request: Request) -> Response:
     settings, video_id = _settings(request), request.path_params["video_id"]
     with session_scope(settings) as session:
-        video = _get(session, Video, video_id)
-        if video is None:
+        video = session.get(Video, video_id) if video_id <= MAX_ID else None
+        if video is None or not sees(request, video.batch.user_name):
             raise HTTPException(404, f"there is no video {video_id}")
         key, note = _served_file(settings, video)
     path = None if key is None else storage(settings).local_file(key)
@@ -433,10 +341,24 @@ def video_file(request: Request) -> Response:
     settings, raw = _settings(request), request.path_params["path"]
     if len(raw) > MAX_PATH_CHARS or any(len(part) > 255 for part in raw.split("/")):
         raise HTTPException(404, "no such file in the output folder (the path is too long)")
-    path = storage(settings).local_file(raw)
+    path = storage(settings).local_file(raw) if _may_read(request, settings, raw) else None
     if path is None:
         raise HTTPException(404, f"no file {raw!r} in the output folder")
     return FileResponse(path)
+
+
+def _may_read(request: Request, settings: Settings, key: str) -> bool:
+    """An admin reads any stored video; a member only the files of their own videos."""
+    identity = identity_of(request)
+    if identity.is_admin:
+        return True
+    with session_scope(settings) as session:
+        paths = session.scalars(
+            sa.select(Video.output_path)
+            .join(Batch, Batch.id == Video.batch_id)
+            .where(Batch.user_name == identity.name, Video.output_path.endswith(key, autoescape=True))
+        ).all()
+    return any(path and storage(settings).key_of(path) == key for path in paths)
 
 
 # --- errors ---------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from mas.api.callers import acting, sees
 from mas.db import session_scope
-from mas.models import ABTest
+from mas.models import ABTest, Batch
 
 
 def refuse_cross_site(request: Request, what: str) -> None:
@@ -31,8 +32,13 @@ def batch_action(request: Request) -> Response:
     if action not in actions:
         raise HTTPException(404, f"no such action {action!r}: cancel, pause or continue")
     refuse_cross_site(request, f"a {action} request")
+    settings = acting(request)
+    with session_scope(settings) as session:
+        batch = session.get(Batch, batch_id)
+        if batch is None or not sees(request, batch.user_name):
+            raise HTTPException(404, f"there is no batch {batch_id}; nothing changed")
     try:
-        actions[action](request.app.state.settings, batch_id)
+        actions[action](settings, batch_id)
     except control.NotChangeable as exc:
         raise HTTPException(409, str(exc)) from None
     return RedirectResponse(f"/batches/{batch_id}", status_code=303)
@@ -43,13 +49,15 @@ def pick_winner(request: Request) -> Response:
     # imported here, as `mas.cli` does: it loads the Celery app, which reads its settings on import
     from mas.learning.preferences import PreferenceError, pick
 
-    settings, test_id = request.app.state.settings, request.path_params["test_id"]
+    test_id = request.path_params["test_id"]
     refuse_cross_site(request, "a pick")
-    with session_scope(settings) as session:
-        if session.get(ABTest, test_id) is None:
+    with session_scope(acting(request)) as session:
+        test = session.get(ABTest, test_id)
+        if test is None or not sees(request, test.user_name):
             raise HTTPException(404, f"there is no A/B test {test_id}; nothing changed")
+        owner = test.user_name
     try:
-        pick(settings, test_id, request.path_params["label"])
+        pick(acting(request).for_user(owner), test_id, request.path_params["label"])
     except PreferenceError as exc:
         raise HTTPException(409, str(exc)) from None
     return RedirectResponse(f"/ab/{test_id}", status_code=303)

@@ -105,7 +105,7 @@ LAYERS: tuple[tuple[str, set[str]], ...] = (
             for name in ("runtime", "db", "models", "migrations", "storage", "video")
         },
     ),
-    ("data", {"mas.memory", "mas.outbox"}),
+    ("data", {"mas.memory", "mas.outbox", "mas.accounts"}),
     ("engine", {"mas.pipeline"}),
     ("services", {f"mas.{name}" for name in ("agents", "learning", "reports", "api", "gallery", "cli")}),
     ("entry points", {"mas", "tasks", "gpu", "beat_schedule"}),
