@@ -37,6 +37,9 @@ def schedule(settings: Settings) -> dict:
         },
         # Overnight batches (`mas enqueue --at 02:00 ...`) are stored in Postgres and started here.
         "run-scheduled-batches": {"task": names.RUN_SCHEDULES, "schedule": 30.0},
+        # The JSON API's Idempotency-Keys older than MAS_IDEMPOTENCY_KEY_HOURS count as never used; this hourly
+        # run deletes them (one DELETE), so the table holds about a day of keys.
+        "expire-idempotency-keys": {"task": names.EXPIRE_IDEMPOTENCY_KEYS, "schedule": crontab(minute=45)},
         # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);
         # with too few new pairs it says so and trains nothing.
         "nightly-dpo-retraining": {"task": names.TUNE, "schedule": crontab(hour=3, minute=15)},

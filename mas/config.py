@@ -645,6 +645,31 @@ class ServiceSettings(Group):
         gt=0,
         description="/readyz answers 503 while more tasks than this wait in the queues (the studio is full).",
     )
+    ready_cache_seconds: float = Field(
+        validation_alias="MAS_READY_CACHE_SECONDS",
+        default=5,
+        ge=0,
+        le=3600,
+        description="/readyz answers from its last checks for this long (a probe polled often does not ask "
+        "every worker and endpoint each time); one refresh at a time.",
+    )
+    idempotency_key_hours: float = Field(
+        validation_alias="MAS_IDEMPOTENCY_KEY_HOURS",
+        default=24,
+        gt=0,
+        le=24 * 366,
+        description="How long an Idempotency-Key is remembered: an older one counts as never used (a submit "
+        "with it makes a new batch), and an hourly beat job deletes it.",
+    )
+    idempotency_busy_seconds: float = Field(
+        validation_alias="MAS_IDEMPOTENCY_BUSY_SECONDS",
+        default=300,
+        gt=0,
+        le=86_400,
+        description="How long an Idempotency-Key claimed by a submit that never finished (its process died) "
+        "answers busy before a retry takes it over; longer than a submit can take (the broker's checks, 5 s "
+        "each, and a message's publish retries, about a minute plus up to 5 s per connection attempt).",
+    )
     max_request_chars: int = Field(
         validation_alias="MAS_MAX_REQUEST_CHARS",
         default=2000,

@@ -77,6 +77,7 @@ MAINTAIN_BUFFERS = "tasks.maintenance.maintain_buffers"
 RECONCILE = "tasks.maintenance.reconcile"
 RECOVER = "tasks.maintenance.recover"
 RUN_SCHEDULES = "tasks.maintenance.run_schedules"
+EXPIRE_IDEMPOTENCY_KEYS = "tasks.maintenance.expire_idempotency_keys"
 CLEANUP = "gpu.maintenance.remove_partials"
 
 DELIVER_WEBHOOKS = "tasks.webhooks.deliver"

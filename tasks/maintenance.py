@@ -55,3 +55,11 @@ def recover(self) -> dict:
 def run_schedules(self) -> list[int]:
     """Enqueue the overnight batches whose time has come (each exactly once)."""
     return production.run_due_schedules(self.app.settings)
+
+
+@shared_task(name=names.EXPIRE_IDEMPOTENCY_KEYS, bind=True)
+def expire_idempotency_keys(self) -> int:
+    """Delete the API's Idempotency-Keys older than MAS_IDEMPOTENCY_KEY_HOURS; how many."""
+    from mas.api.idempotency import delete_expired  # the API's module, loaded only when this runs
+
+    return delete_expired(self.app.settings)

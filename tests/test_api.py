@@ -1,12 +1,16 @@
 """The JSON API (`/api/v1`) against real PostgreSQL, Redis and workers: a client written against the OpenAPI
-document submits, follows and picks; a retried submit makes one batch; credentials off loopback; bad input is a
-4xx problem that changes nothing; the probes."""
+document submits, follows and picks; a retried submit makes one batch, an expired key a new one, a key left busy
+by a dead process is taken over by one retry; credentials off loopback; bad input is a 4xx problem that changes
+nothing; the probes, their cached answer and their words."""
 
 from __future__ import annotations
 
 import base64
 import re
+import threading
 import time
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -15,9 +19,13 @@ from openapi_spec_validator import validate
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
+from mas import names
+from mas.api.idempotency import fingerprint
+from mas.api.schemas import BatchRequest
 from mas.db import session_scope
 from mas.gallery import GalleryError, create_app, server
 from mas.models import ABSelection, Batch, IdempotencyKey, Schedule
+from tests.hosts import free_port, wait_for
 
 DEADLINE_S = 600  # a few preview renders; long only on a loaded 2-core machine (the wait ends when done)
 
@@ -238,3 +246,182 @@ def test_the_operator_makes_users_and_keys_and_the_key_decides_who_acts(clean):
     assert http.get("/api/v1/batches", headers=as_alice).status_code == 200  # her first key still works
     unknown = cli.invoke(main, ["users", "revoke", "nobody"])
     assert unknown.exit_code != 0 and "there is no user 'nobody'" in unknown.output
+    assert checks["video_backend"] == "not reachable" and checks["postgres"] == "ok" and checks["workers"] == "ok"
+
+
+# --- Idempotency-Keys that expire or were left busy -----------------------------------------------------
+
+TIDE_POOLS = {"request": "Create 1 video of tide pools", "priority": "normal"}
+
+
+def _submit(http: TestClient, key: str, body: dict = TIDE_POOLS):
+    return http.post("/api/v1/batches", json=body, headers={"Idempotency-Key": key})
+
+
+def _age(settings, key: str, by: timedelta) -> None:
+    """Make the key's claim `by` older, as if it had been made that long ago."""
+    with session_scope(settings) as session:
+        session.execute(
+            sa.update(IdempotencyKey).where(IdempotencyKey.key == key).values(created_at=IdempotencyKey.created_at - by)
+        )
+
+
+def _count(settings, table) -> int:
+    with session_scope(settings) as session:
+        return session.scalar(sa.select(sa.func.count()).select_from(table))
+
+
+def test_an_expired_key_counts_as_never_used(clean):
+    settings = clean.changed(idempotency_key_hours=1)
+    http = TestClient(create_app(settings), raise_server_exceptions=False)
+    first = _submit(http, "order-7")
+    _age(settings, "order-7", timedelta(minutes=59))
+    replayed = _submit(http, "order-7")
+    assert first.status_code == 201 and replayed.status_code == 200, (first.text, replayed.text)
+    assert replayed.json()["batch_id"] == first.json()["batch_id"]  # not yet expired: the same batch
+    _age(settings, "order-7", timedelta(minutes=2))
+    renewed = _submit(http, "order-7")
+    assert renewed.status_code == 201, renewed.text
+    assert renewed.json()["batch_id"] != first.json()["batch_id"] and _count(settings, Batch) == 2
+    assert _submit(http, "order-7").json() == {**renewed.json(), "replayed": True}  # the key is the new batch's
+    _age(settings, "order-7", timedelta(hours=2))
+    other = _submit(http, "order-7", {**TIDE_POOLS, "request": "Create 1 video of owls"})
+    assert other.status_code == 201, other.text  # expired: not "used for another request"
+
+
+def _left_busy(settings, key: str, body: dict) -> None:
+    """The key as a submit that died between its claim and its end leaves it: claimed, with no batch."""
+    with session_scope(settings) as session:
+        digest = fingerprint(BatchRequest(**body).model_dump(mode="json"))
+        session.add(IdempotencyKey(user_name=settings.user, key=key, request_hash=digest))
+
+
+def _waiting_on_keys(engine: sa.Engine) -> int:
+    """Statements on the keys waiting for a lock (asked in a transaction of its own: the view is a snapshot)."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text(
+                "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%idempotency_keys%'"
+            )
+        ).scalar_one()
+
+
+def test_a_key_left_busy_answers_busy_until_its_bound_then_one_retry_takes_it(clean, engine):
+    settings = clean.changed(idempotency_busy_seconds=60)
+    _left_busy(settings, "order-9", TIDE_POOLS)
+    busy = _submit(TestClient(create_app(settings), raise_server_exceptions=False), "order-9")
+    assert busy.status_code == 409 and busy.json()["retryable"] is True, busy.text
+    assert "still being submitted" in busy.json()["detail"] and _count(settings, Batch) == 0
+    _age(settings, "order-9", timedelta(seconds=61))
+
+    # two retries at once: both wait on the row (held here) and are let go together
+    replies: list[Any] = []
+    retries = [
+        threading.Thread(target=lambda: replies.append(_submit(TestClient(create_app(settings)), "order-9")))
+        for _ in range(2)
+    ]
+    with engine.connect() as conn, conn.begin():
+        conn.execute(sa.select(IdempotencyKey).where(IdempotencyKey.key == "order-9").with_for_update())
+        for retry in retries:
+            retry.start()
+        wait_for(lambda: _waiting_on_keys(engine) == 2, timeout=60, what="both retries waiting on the key")
+    for retry in retries:
+        retry.join(60)
+    statuses = sorted(reply.status_code for reply in replies)
+    assert statuses in ([200, 201], [201, 409]), [reply.text for reply in replies]  # the other: done, or busy
+    made = next(reply.json() for reply in replies if reply.status_code == 201)
+    assert _count(settings, Batch) == 1
+    with session_scope(settings) as session:
+        assert session.get_one(IdempotencyKey, (settings.user, "order-9")).batch_id == made["batch_id"]
+
+
+def test_the_maintenance_job_deletes_only_expired_keys(clean):
+    import beat_schedule
+    from mas.runtime.app import Studio
+
+    settings = clean.changed(idempotency_key_hours=1)
+    with session_scope(settings) as session:
+        for key, batch_id in (("old-done", 1), ("old-busy", None), ("young", 2), ("young-busy", None)):
+            session.add(IdempotencyKey(user_name=settings.user, key=key, request_hash="h", batch_id=batch_id))
+    _age(settings, "old-done", timedelta(minutes=61))
+    _age(settings, "old-busy", timedelta(hours=30))
+    _age(settings, "young", timedelta(minutes=59))
+    app = Studio(settings, set_as_current=False)
+    app.loader.import_default_modules()
+    assert app.tasks[names.EXPIRE_IDEMPOTENCY_KEYS].apply().get(timeout=60) == 2
+    with session_scope(settings) as session:
+        assert set(session.scalars(sa.select(IdempotencyKey.key))) == {"young", "young-busy"}
+    jobs = {job["task"] for job in beat_schedule.schedule(settings).values()}
+    assert names.EXPIRE_IDEMPOTENCY_KEYS in jobs
+
+
+# --- /readyz: cached, and in words ----------------------------------------------------------------------
+
+
+class Endpoint:
+    """A real HTTP server standing in for an endpoint /readyz asks: every GET answers `status`, counted."""
+
+    def __init__(self, status: int = 200) -> None:
+        outer = self
+        self.status, self.asked = status, 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                outer.asked += 1
+                self.send_response(outer.status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_readyz_answers_from_its_last_checks_for_a_few_seconds(clean):
+    endpoint = Endpoint()
+    window = 5.0
+    settings = clean.changed(agent_backend="llm", llm_url=endpoint.url + "/v1", ready_cache_seconds=window)
+    http = TestClient(create_app(settings))
+    try:
+        asked = time.monotonic()  # the answer is at least this new
+        assert http.get("/readyz").json()["checks"]["agent_endpoint"] == "ok" and endpoint.asked == 1
+        checked = time.monotonic()  # and at most this old
+    finally:
+        endpoint.stop()
+    cached = http.get("/readyz").json()["checks"]
+    assert time.monotonic() - checked < window, "the machine was too slow to ask again within the window"
+    assert cached["agent_endpoint"] == "ok" and endpoint.asked == 1  # the checks did not run again
+    wait_for(lambda: http.get("/readyz").json()["checks"]["agent_endpoint"] == "not reachable",
+             timeout=window + 60, what="the stopped endpoint reported once the window passed")  # fmt: skip
+    assert time.monotonic() - asked >= window  # not before the window passed
+
+
+def test_readyz_names_what_fails_without_exception_text(clean, caplog):
+    comfyui = Endpoint(status=500)
+    closed = f"http://127.0.0.1:{free_port('127.0.0.1')}/v1"  # nothing listens there
+    settings = clean.changed(video_backend="comfyui", comfyui_url=comfyui.url, agent_backend="llm", llm_url=closed)
+    try:
+        with caplog.at_level("WARNING", logger="mas.api.health"):
+            reply = TestClient(create_app(settings)).get("/readyz")
+    finally:
+        comfyui.stop()
+    assert reply.status_code == 503
+    checks = reply.json()["checks"]
+    assert checks["video_backend"] == "answered 500" and checks["agent_endpoint"] == "not reachable"
+    assert checks["postgres"] == "ok" and checks["redis"] == "ok"
+    for text in ("Error", "Errno", "Exception", "127.0.0.1"):
+        assert text not in reply.text
+    assert "ConnectError" in caplog.text and "HTTPStatusError" in caplog.text  # the detail is in the log

@@ -1,21 +1,40 @@
 """Probes for compose, a load balancer or a supervisor: `/healthz` (this process answers) and `/readyz` (the
 studio can take work: PostgreSQL, Redis, a worker on each queue, the video backend and the agent endpoint
-answer, and the queues are not full), naming the check that fails. Neither needs credentials: they tell
-whether, not what."""
+answer, and the queues are not full), naming the check that fails and how (`not reachable`, `answered 500`),
+never with an exception's text: that goes to the log, redacted. Neither needs credentials: they tell whether,
+not what.
+
+`/readyz` answers from its last checks for MAS_READY_CACHE_SECONDS: a probe polled often (every replica, every
+few seconds) does not broadcast to the workers and call ComfyUI and the agent endpoint each time. Each app
+holds its own `Readiness` (made by the gallery's `create_app`); one request at a time refreshes it, the others
+meanwhile get the last answer, or wait for the first one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import httpx
+import redis
 import sqlalchemy as sa
+from kombu.exceptions import OperationalError as BrokerError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from mas import names
 from mas.config import Settings
+from mas.redaction import redact_text
 
 TIMEOUT_S = 3.0
+OK = "ok"
+log = logging.getLogger(__name__)
+
+Check = Callable[[Settings], str | None]
+"""A check: None when it passes, else what is wrong in words; an exception says the service failed."""
 
 
 def healthz(request: Request) -> JSONResponse:  # noqa: ARG001
@@ -24,19 +43,72 @@ def healthz(request: Request) -> JSONResponse:  # noqa: ARG001
 
 def readyz(request: Request) -> JSONResponse:
     """200 when every check passes, else 503; each check's answer either way."""
-    settings: Settings = request.app.state.settings
-    results = {name: _run(check, settings) for name, check in CHECKS.items()}
-    ready = all(result == "ok" for result in results.values())
+    readiness: Readiness = request.app.state.readiness
+    results = readiness.answer()
+    ready = all(result == OK for result in results.values())
     return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
 
 
-def _run(check: Callable[[Settings], str | None], settings: Settings) -> str:
-    try:
-        return check(settings) or "ok"
-    except Exception as exc:  # a probe says what failed; it never fails itself
-        from mas.redaction import redact_text
+@dataclass(frozen=True)
+class Answer:
+    checks: dict[str, str]
+    at: float  # the clock when the checks ended
 
-        return redact_text(f"{type(exc).__name__}: {exc}", settings.secret_values()).splitlines()[0][:300]
+
+class Readiness:
+    """The checks' answer, run at most once per MAS_READY_CACHE_SECONDS and by one request at a time."""
+
+    def __init__(
+        self, settings: Settings, checks: Mapping[str, Check] | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.settings, self.clock = settings, clock
+        self.checks = dict(CHECKS if checks is None else checks)
+        self._refreshing = threading.Lock()
+        self._last: Answer | None = None
+
+    def answer(self) -> dict[str, str]:
+        last = self._last
+        if last is not None and self._fresh(last):
+            return last.checks
+        if not self._refreshing.acquire(blocking=last is None):  # with none yet, wait for the first
+            assert last is not None
+            return last.checks  # another request is refreshing: the last answer meanwhile
+        try:
+            last = self._last
+            if last is None or not self._fresh(last):
+                last = self._last = Answer(
+                    {name: self._run(name, check) for name, check in self.checks.items()}, self.clock()
+                )
+            return last.checks
+        finally:
+            self._refreshing.release()
+
+    def _fresh(self, answer: Answer) -> bool:
+        return self.clock() - answer.at < self.settings.service.ready_cache_seconds
+
+    def _run(self, name: str, check: Check) -> str:
+        try:
+            return check(self.settings) or OK
+        except Exception as exc:  # a probe says what failed; it never fails itself
+            failure = _failure(exc)
+            detail = redact_text(f"{type(exc).__name__}: {exc}", self.settings.secret_values())
+            log.warning("readyz: %s %s: %s", name, failure, detail)
+            return failure
+
+
+def _failure(exc: Exception) -> str:
+    """What failed, in words that name no exception (the log has it)."""
+    from mas.errors import PeerUnavailable
+    from mas.runtime.services import ServiceError
+
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"answered {exc.response.status_code}"
+    if isinstance(exc, httpx.TimeoutException | redis.TimeoutError | TimeoutError):
+        return "did not answer in time"
+    unreachable = (OSError, httpx.TransportError, sa.exc.OperationalError, sa.exc.InterfaceError, redis.ConnectionError)
+    if isinstance(exc, (*unreachable, BrokerError, ServiceError, PeerUnavailable)):
+        return "not reachable"
+    return "failed (the server's log says why)"
 
 
 def _postgres(settings: Settings) -> str | None:
@@ -91,7 +163,7 @@ def _agents(settings: Settings) -> str | None:
     return None
 
 
-CHECKS: dict[str, Callable[[Settings], str | None]] = {
+CHECKS: dict[str, Check] = {
     "postgres": _postgres,
     "redis": _redis,
     "workers": _workers,

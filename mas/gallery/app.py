@@ -33,7 +33,7 @@ from starlette.templating import Jinja2Templates
 from mas.accounts import users
 from mas.api import create_api
 from mas.api.callers import acting, identity_of, sees
-from mas.api.health import healthz, readyz
+from mas.api.health import Readiness, healthz, readyz
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, session_scope
 from mas.domain.states import TERMINAL
@@ -121,6 +121,7 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
         exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},
     )
     app.state.settings = settings
+    app.state.readiness = Readiness(settings)  # /readyz's checks, run at most every MAS_READY_CACHE_SECONDS
     return app
 
 
