@@ -61,6 +61,19 @@ def _http_url(value: str) -> str:
     return value
 
 
+def _comma_list(value: object) -> object:
+    """A list setting as the environment or .env gives it: comma-separated text, split here (blanks dropped)."""
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    return value
+
+
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*$"
+)
+"""A host name as MAS_WEBHOOK_ALLOWED_HOSTS takes it: lowercase ASCII labels (an international name in its xn-- form)."""
+
+
 def _json(value: object) -> object:
     """A JSON setting as the environment or .env gives it: text, parsed here."""
     if not isinstance(value, str):
@@ -725,6 +738,32 @@ class WebhookSettings(Group):
         gt=0,
         description="How often beat looks for events to deliver (the first try of a new event).",
     )
+    allowed_hosts: tuple[str, ...] = Field(
+        validation_alias="MAS_WEBHOOK_ALLOWED_HOSTS",
+        default=(),
+        description="Receivers allowed where webhooks are otherwise refused (loopback, private, link-local and "
+        "other non-public addresses, the studio's own services), comma-separated: a host name is allowed "
+        "whatever it resolves to, a network (CIDR, 10.1.0.0/16; an address alone is one) allows the addresses "
+        "in it.",
+    )
+    _parse_allowed_hosts = field_validator("allowed_hosts", mode="before")(_comma_list)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_allowed_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        entries = []
+        for entry in value:
+            shown = entry.strip().lower().removeprefix("[").removesuffix("]")
+            try:
+                ipaddress.ip_network(shown, strict=False)
+            except ValueError:
+                shown = shown.removesuffix(".")
+                if not HOST_NAME.match(shown):
+                    raise ValueError(
+                        f"{entry!r} is neither a host name nor a network (CIDR such as 10.1.0.0/16)"
+                    ) from None
+            entries.append(shown)
+        return tuple(dict.fromkeys(entries))
 
     @model_validator(mode="after")
     def _check_secret(self) -> WebhookSettings:
@@ -1091,5 +1130,7 @@ class Settings(BaseSettings):
                 value = "***" if value.get_secret_value() else ""
             elif name.endswith("_url") or name == "result_backend":
                 value = redact_url(value)
+            elif isinstance(value, tuple) and all(isinstance(item, str) for item in value):
+                value = ",".join(value)  # as the environment gives it
             shown[name] = "" if value is None else str(value)
         return shown

@@ -192,6 +192,30 @@ def test_bad_input_over_the_api_is_a_problem_and_changes_nothing(http, clean, me
             assert session.scalar(sa.select(sa.func.count()).select_from(table)) == 0
 
 
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
+
+
+def test_a_webhook_receiver_on_an_internal_address_is_a_problem_and_stores_nothing(clean):
+    """A notify_url whose host resolves to loopback, link-local (a cloud's metadata service) or a private
+    address is refused, now or as a schedule, naming why and the setting that would allow it."""
+    http = TestClient(create_app(clean.model_copy(update={"webhook_secret": SecretStr(WEBHOOK_SECRET)})))
+    for url, why in (
+        ("http://127.0.0.1:9/hooks", "a loopback address 127.0.0.1"),
+        ("http://169.254.169.254/latest/meta-data/", "a link-local address 169.254.169.254"),
+        ("http://[::ffff:10.0.0.1]/hooks", "a private address ::ffff:a00:1 (IPv4 10.0.0.1)"),
+    ):
+        for at in (None, "2030-01-01T02:00:00+00:00"):
+            body = {"request": "Create 2 videos of cats", "notify_url": url, "at": at}
+            reply = http.post("/api/v1/batches", json=body)
+            assert reply.status_code == 422, reply.text
+            problem = reply.json()
+            assert f"resolves to {why}" in problem["detail"] and "MAS_WEBHOOK_ALLOWED_HOSTS" in problem["detail"]
+            assert problem["retryable"] is False
+    with session_scope(clean) as session:
+        for table in (Batch, Schedule, IdempotencyKey):
+            assert session.scalar(sa.select(sa.func.count()).select_from(table)) == 0
+
+
 @pytest.mark.usefixtures("workers")
 def test_readyz_names_what_is_not_ready(http, clean):
     ready = http.get("/readyz")

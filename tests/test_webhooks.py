@@ -1,7 +1,9 @@
 """Webhook delivery against real parts: a real HTTP receiver (a threaded http.server here), real PostgreSQL and
 Redis, and real Celery workers and beat where the pipeline runs. What a receiver must be able to count on:
 every event signed (Standard Webhooks), at least once, a batch's events in order, one id per event however
-often it is sent, and a receiver that stays down never holding the pipeline.
+often it is sent, and a receiver that stays down never holding the pipeline. The receivers here listen on
+127.0.0.1, which webhooks may reach only when MAS_WEBHOOK_ALLOWED_HOSTS allows it: the tests allow it, except
+those that show the refusal.
 """
 
 from __future__ import annotations
@@ -9,12 +11,16 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import socket
+import ssl
+import subprocess
 import tempfile
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -28,6 +34,7 @@ from mas import db
 from mas.cli import main
 from mas.models import Batch, BatchStatus, Schedule, StepLease, Video, VideoState, WebhookEvent
 from mas.outbox import webhooks
+from tests.dns_faults import Dns
 from tests.studio import IsolatedStudio
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
@@ -49,10 +56,19 @@ class Delivery:
 
 
 class Receiver:
-    """A real HTTP receiver on 127.0.0.1: answers 503 to its first `fail_first` deliveries, then 200, each after
-    `delay` seconds; records every delivery (headers, body, answer) in the order they arrive."""
+    """A real HTTP receiver on 127.0.0.1: answers 503 to its first `fail_first` deliveries, then `status` (with
+    a Location header when `location` is given), each after `delay` seconds; records every delivery (headers,
+    body, answer) in the order they arrive. With `tls`, it is an https receiver with that server context."""
 
-    def __init__(self, *, fail_first: int = 0, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        fail_first: int = 0,
+        delay: float = 0.0,
+        status: int = 200,
+        location: str | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.deliveries: list[Delivery] = []
         lock = threading.Lock()
         receiver = self
@@ -62,10 +78,12 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 time.sleep(delay)
                 with lock:
-                    status = 503 if len(receiver.deliveries) < fail_first else 200
+                    answer = 503 if len(receiver.deliveries) < fail_first else status
                     headers = {name.lower(): value for name, value in self.headers.items()}
-                    receiver.deliveries.append(Delivery(headers, body, status))
-                self.send_response(status)
+                    receiver.deliveries.append(Delivery(headers, body, answer))
+                self.send_response(answer)
+                if location:
+                    self.send_header("location", location)
                 self.send_header("content-length", "0")
                 self.end_headers()
 
@@ -73,7 +91,10 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
+        self.port = self.server.server_port
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/hooks"
 
     def __enter__(self) -> Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -125,7 +146,12 @@ def _add_events(settings, *, url: str, batches: int, each: int) -> list[str]:
 
 
 def _with_webhooks(settings, **update):
-    return settings.model_copy(update={"webhook_secret": SecretStr(SECRET), **update})
+    """Settings that sign events and allow receivers on 127.0.0.1 (the tests' receivers)."""
+    return settings.model_copy(update={"webhook_secret": SecretStr(SECRET), "webhook_allowed_hosts": LOOPBACK, **update})
+
+
+LOOPBACK = "127.0.0.1"
+"""MAS_WEBHOOK_ALLOWED_HOSTS of the tests whose receivers listen on 127.0.0.1."""
 
 
 # --- across a gpu worker killed mid-render ---------------------------------------------------------------
@@ -183,6 +209,7 @@ def test_a_receiver_that_fails_then_accepts_gets_each_event_once_in_order_across
             MAS_WEBHOOK_EVERY_SECONDS="0.5",
             MAS_WEBHOOK_URL=receiver.url,
             MAS_WEBHOOK_SECRET=SECRET,
+            MAS_WEBHOOK_ALLOWED_HOSTS=LOOPBACK,
         ) as studio,
     ):
         studio.worker("cpu", concurrency=2)
@@ -344,8 +371,9 @@ def test_a_missing_or_unusable_secret_is_one_line_and_tries_nothing(clean):
 # --- the command line ------------------------------------------------------------------------------------
 
 
-def _cli(*args: str, secret: str | None = SECRET):
-    return CliRunner().invoke(main, list(args), env={"MAS_WEBHOOK_SECRET": secret, "COLUMNS": "200"})
+def _cli(*args: str, secret: str | None = SECRET, allowed: str | None = LOOPBACK):
+    env = {"MAS_WEBHOOK_SECRET": secret, "MAS_WEBHOOK_ALLOWED_HOSTS": allowed, "COLUMNS": "200"}
+    return CliRunner().invoke(main, list(args), env=env)
 
 
 def test_mas_webhooks_lists_pending_and_failed_events_with_urls_redacted(clean):
@@ -412,3 +440,118 @@ def test_notify_stores_the_batch_receiver_and_a_bad_url_or_missing_secret_stores
     assert (_count(clean, Batch), _count(clean, Schedule)) == (batches, schedules)
 
 
+# --- where a webhook may go (mas.outbox.targets) -----------------------------------------------------------
+
+
+def test_a_receiver_on_loopback_without_the_allowance_is_refused_at_submit_and_nothing_is_stored(clean):
+    """Without MAS_WEBHOOK_ALLOWED_HOSTS a receiver on this machine, in whatever form its host is written, is
+    refused when a batch or a schedule names it, by the core and by the command line: one line naming the URL,
+    the address and the setting; no batch, schedule or event stored, nothing sent."""
+    from mas.domain.requests import parse_request
+    from mas.errors import InvalidInput
+    from mas.pipeline import production
+
+    settings = clean.model_copy(update={"webhook_secret": SecretStr(SECRET)})
+    assert settings.webhooks.allowed_hosts == ()
+    request = parse_request("Create 2 videos of kites", settings)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    with Receiver() as receiver:
+        for host in ("127.0.0.1", "localhost", "2130706433", "127.1", "[::ffff:127.0.0.1]"):
+            url = receiver.url.replace("127.0.0.1", host)
+            with pytest.raises(InvalidInput, match=r"resolves to a loopback address .*MAS_WEBHOOK_ALLOWED_HOSTS"):
+                production.submit(settings, request, notify_url=url)
+            with pytest.raises(InvalidInput, match="loopback"):
+                production.schedule(settings, request, run_at=later, notify_url=url)
+        for args in (("enqueue", "--notify", receiver.url, "Create 2 videos of kites"),
+                     ("enqueue", "--at", "03:00", "--notify", receiver.url, "Create 2 videos of kites")):  # fmt: skip
+            result = _cli(*args, allowed=None)
+            assert result.exit_code == 2, result.output
+            assert f"the webhook URL '{receiver.url}' resolves to a loopback address 127.0.0.1" in result.output
+            assert "MAS_WEBHOOK_ALLOWED_HOSTS" in result.output and "Traceback" not in result.output
+    assert not receiver.deliveries
+    assert (_count(clean, Batch), _count(clean, Schedule), _count(clean, WebhookEvent)) == (0, 0, 0)
+
+
+def test_each_delivery_checks_the_receivers_address_again_and_connects_to_the_address_checked(clean):
+    """Events whose receiver passed when they were submitted are checked again when sent. On loopback without
+    the allowance they are given up at the first try, the reason kept, nothing sent; so is a name the (injected)
+    DNS answers with a public address at submit and with 127.0.0.1 at delivery. With the allowance, a name only
+    the injected DNS knows is delivered to the address it resolved to (no other lookup could find it), the Host
+    header naming it; a name that does not resolve is tried again later."""
+    from mas.pipeline.production import check_notify_url
+
+    settings = clean.model_copy(update={"webhook_secret": SecretStr(SECRET)})
+    with Receiver() as receiver:
+        rebound = f"http://hooks.rebind.test:{receiver.port}/hooks"
+        dns = Dns(hooks_rebind_test=[["93.184.216.34"], ["127.0.0.1"]], hooks_pinned_test="127.0.0.1")
+        assert check_notify_url(settings, rebound, resolver=dns) == rebound  # public when submitted
+        refused = _add_events(settings, url=receiver.url, batches=2, each=1)
+        refused += _add_events(settings, url=rebound, batches=1, each=1)
+        report = webhooks.deliver_due(settings, resolver=dns)
+        assert sorted(report.failed) == sorted(refused) and not report.delivered and not report.retrying
+        assert not receiver.deliveries
+        for event in _events(settings):
+            assert event.failed_at is not None and event.attempts == 1 and event.delivered_at is None
+            assert event.last_error == (
+                "refused: the receiver resolves to a loopback address 127.0.0.1; allow it with "
+                "MAS_WEBHOOK_ALLOWED_HOSTS"
+            )
+
+        allowed = settings.changed(webhook_allowed_hosts="127.0.0.0/8")
+        (pinned,) = _add_events(allowed, url=f"http://hooks.pinned.test:{receiver.port}/hooks", batches=1, each=1)
+        (gone,) = _add_events(allowed, url=f"http://gone.test:{receiver.port}/hooks", batches=1, each=1)
+        report = webhooks.deliver_due(allowed, resolver=dns)
+    assert report.delivered == [pinned] and report.retrying == [gone] and not report.failed
+    assert [(d.id, d.headers["host"]) for d in receiver.deliveries] == [(pinned, f"hooks.pinned.test:{receiver.port}")]
+    (later,) = [e for e in _events(settings) if e.id == gone]
+    assert later.failed_at is None and later.attempts == 1
+    assert later.last_error == "the receiver has a host name that does not resolve now"
+
+
+def test_a_redirect_is_not_followed(clean):
+    """A receiver answering 307 to elsewhere has failed this try: the deliverer does not go where it points."""
+    settings = _with_webhooks(clean)
+    with Receiver() as elsewhere, Receiver(status=307, location=elsewhere.url) as redirecting:
+        (event_id,) = _add_events(settings, url=redirecting.url, batches=1, each=1)
+        report = webhooks.deliver_due(settings)
+    assert report.retrying == [event_id] and len(redirecting.deliveries) == 1 and not elsewhere.deliveries
+    (event,) = _events(settings)
+    assert event.last_error == "HTTP 307" and event.delivered_at is None
+
+
+def _certificate(folder: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for `name` and its key, made by the openssl command."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}",
+         "-addext", f"subjectAltName=DNS:{name}"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_https_to_the_checked_address_names_the_host_for_sni_and_the_certificate(clean, tmp_path, monkeypatch):
+    """An https receiver is reached at the address checked while TLS names the host: the server is asked for
+    receiver.test (SNI) and its certificate, valid for receiver.test only, is verified against that name (and
+    trusted through SSL_CERT_FILE, as a deployment's own CA would be). Another name resolving to the same
+    address is refused by the certificate: the name, not the address, is what is verified."""
+    cert, key = _certificate(tmp_path, "receiver.test")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    asked: list[str | None] = []
+    context.sni_callback = lambda _socket, name, _context: asked.append(name)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # read by the deliverer's client when a round makes it
+    settings = _with_webhooks(clean, webhook_allowed_hosts="127.0.0.0/8")
+    dns = Dns(receiver_test="127.0.0.1", impostor_test="127.0.0.1")
+    with Receiver(tls=context) as receiver:
+        (good,) = _add_events(settings, url=f"https://receiver.test:{receiver.port}/hooks", batches=1, each=1)
+        (bad,) = _add_events(settings, url=f"https://impostor.test:{receiver.port}/hooks", batches=1, each=1)
+        report = webhooks.deliver_due(settings, resolver=dns)
+    assert report.delivered == [good] and report.retrying == [bad], report
+    assert [(d.id, d.headers["host"]) for d in receiver.deliveries] == [(good, f"receiver.test:{receiver.port}")]
+    assert sorted(set(asked)) == ["impostor.test", "receiver.test"]
+    (refused,) = [e for e in _events(settings) if e.id == bad]
+    assert "ConnectError" in refused.last_error and "certificate verify failed" in refused.last_error

@@ -10,6 +10,14 @@ transaction open, all of a round's events at once, and records each answer. A 2x
 anything else backs it off (2 s, doubling, at most an hour, with jitter) until MAS_WEBHOOK_MAX_ATTEMPTS tries
 are spent and it is given up. A receiver's failure is recorded, never raised.
 
+Before each send the receiver's host is resolved and every address checked (`mas.outbox.targets`), and the
+connection goes to the address checked, with the Host header and TLS (SNI, certificate) naming the host: a
+name that resolves to an internal address by the time it is delivered is caught then, not only when it was
+submitted. A receiver refused for its address is given up at once (its reason kept, as for any given-up
+event); one whose name does not resolve is tried again like any other failure. Redirects are never followed
+(a 3xx is a failure), proxies from the environment never used (they would resolve the name again), and no
+connection is kept for a next request (a TLS connection was verified for one name).
+
 A batch's events reach a receiver in the order they were written: an event is due only when every earlier
 event of its batch and receiver is delivered or given up.
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,6 +42,7 @@ from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidSettings, StudioError
 from mas.models import WebhookEvent
+from mas.outbox import targets
 from mas.redaction import redact_text, redact_url
 
 log = logging.getLogger(__name__)
@@ -91,6 +101,14 @@ class _Claimed:
     attempts: int
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """What one try came to: None when the receiver took it, else what went wrong, and whether to give up now."""
+
+    error: str | None = None
+    final: bool = False
+
+
 def signer(settings: Settings) -> Webhook:
     """The Standard Webhooks signer of MAS_WEBHOOK_SECRET."""
     if settings.webhooks.secret is None:
@@ -107,9 +125,12 @@ def backoff_seconds(attempts: int) -> float:
     return min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** min(attempts - 1, 20)) * random.uniform(0.8, 1.0)
 
 
-def deliver_due(settings: Settings, *, limit: int = 50) -> DeliveryReport:
+def deliver_due(
+    settings: Settings, *, limit: int = 50, resolver: targets.Resolver = socket.getaddrinfo
+) -> DeliveryReport:
     """One round: claim up to `limit` due events, send them, record each answer. Raises only when delivery
-    cannot run at all (no usable secret, the database away), never for a receiver."""
+    cannot run at all (no usable secret, the database away), never for a receiver. `resolver` resolves the
+    receivers' hosts (tests inject one)."""
     report = DeliveryReport()
     try:
         webhook = signer(settings)
@@ -120,17 +141,30 @@ def deliver_due(settings: Settings, *, limit: int = 50) -> DeliveryReport:
     claimed = _claim(settings, limit=limit)
     if not claimed:
         return report
+    rules = targets.rules(settings, resolver)
     with (
-        httpx.Client(timeout=settings.webhooks.timeout_seconds, headers={"user-agent": "mas-webhooks"}) as client,
+        _client(settings) as client,
         ThreadPoolExecutor(max_workers=min(MAX_SENDERS, len(claimed))) as pool,
     ):
-        errors = list(pool.map(lambda event: _send(client, webhook, event), claimed))
+        answers = list(pool.map(lambda event: _send(client, webhook, event, rules, resolver), claimed))
     secrets = settings.secret_values()
     with session_scope(settings) as session:
-        for event, error in zip(claimed, errors, strict=True):
-            shown = None if error is None else redact_text(error, secrets)[:ERROR_CHARS]
-            _record(session, settings, event, shown, report)
+        for event, answer in zip(claimed, answers, strict=True):
+            shown = None if answer.error is None else redact_text(answer.error, secrets)[:ERROR_CHARS]
+            _record(session, settings, event, _Answer(shown, answer.final), report)
     return report
+
+
+def _client(settings: Settings) -> httpx.Client:
+    """The client of a round: no proxy from the environment (an explicit transport), no connection kept once
+    its answer is read, no redirect followed; certificates verified (SSL_CERT_FILE / SSL_CERT_DIR honoured)."""
+    transport = httpx.HTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
+    return httpx.Client(
+        transport=transport,
+        timeout=settings.webhooks.timeout_seconds,
+        headers={"user-agent": "mas-webhooks"},
+        follow_redirects=False,
+    )
 
 
 def _due(limit: int) -> sa.Select:
@@ -173,8 +207,22 @@ def _claim(settings: Settings, *, limit: int) -> list[_Claimed]:
         return claimed
 
 
-def _send(client: httpx.Client, webhook: Webhook, event: _Claimed) -> str | None:
-    """POST one signed event; None when the receiver took it (2xx), else what went wrong."""
+def _send(
+    client: httpx.Client, webhook: Webhook, event: _Claimed, rules: targets.Rules, resolver: targets.Resolver
+) -> _Answer:
+    """Check the receiver's address and POST one signed event to it; what the try came to."""
+    try:
+        url = httpx.URL(event.url)
+        if url.scheme not in ("http", "https") or not url.raw_host:
+            raise targets.TargetRefused("is not an http(s) URL with a host")
+        name = url.raw_host.decode("ascii")  # as httpx would connect: an international name in its xn-- form
+        target = targets.check_host(name, url.port or (443 if url.scheme == "https" else 80), rules, resolver)
+    except targets.TargetRefused as exc:
+        return _Answer(f"refused: the receiver {exc}", final=True)
+    except targets.TargetUnresolved as exc:
+        return _Answer(f"the receiver {exc}")
+    except httpx.InvalidURL as exc:
+        return _Answer(f"{type(exc).__name__}: {exc}")
     body = json.dumps(event.payload, separators=(",", ":"))
     now = datetime.now(UTC)
     headers = {
@@ -182,23 +230,43 @@ def _send(client: httpx.Client, webhook: Webhook, event: _Claimed) -> str | None
         "webhook-id": event.id,
         "webhook-timestamp": str(int(now.timestamp())),
         "webhook-signature": webhook.sign(event.id, now, body),
+        "host": url.netloc.decode("ascii"),  # the name (and port) of the URL, not the address connected to
     }
+    answer = _Answer("the receiver has no address")
+    for address in target.addresses:  # the next address only when this one refuses the connection at once
+        try:
+            return _post(client, url.copy_with(host=address), body, headers, sni_hostname=name)
+        except httpx.ConnectError as exc:
+            answer = _failure(exc)
+    return answer
+
+
+def _post(client: httpx.Client, url: httpx.URL, body: str, headers: dict[str, str], *, sni_hostname: str) -> _Answer:
+    """POST to the address `url` names, with TLS naming `sni_hostname`; raises httpx.ConnectError only."""
     try:
-        with client.stream("POST", event.url, content=body.encode(), headers=headers) as response:
+        with client.stream(
+            "POST", url, content=body.encode(), headers=headers, extensions={"sni_hostname": sni_hostname}
+        ) as response:
             status = response.status_code  # the body is not read: a receiver's answer is its status
+    except httpx.ConnectError:
+        raise
     except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    return None if 200 <= status < 300 else f"HTTP {status}"
+        return _failure(exc)
+    return _Answer() if 200 <= status < 300 else _Answer(f"HTTP {status}")
 
 
-def _record(session, settings: Settings, event: _Claimed, error: str | None, report: DeliveryReport) -> None:
-    """The answer of one try: delivered, or backed off, or given up once its tries are spent."""
-    tries = event.attempts + 1
+def _failure(exc: Exception) -> _Answer:
+    return _Answer(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))
+
+
+def _record(session, settings: Settings, event: _Claimed, answer: _Answer, report: DeliveryReport) -> None:
+    """The answer of one try: delivered, or backed off, or given up (refused, or its tries spent)."""
+    tries, error = event.attempts + 1, answer.error
     values: dict[str, Any] = {"attempts": WebhookEvent.attempts + 1}
     if error is None:
         values["delivered_at"] = sa.func.now()
         report.delivered.append(event.id)
-    elif tries >= settings.webhooks.max_attempts:
+    elif answer.final or tries >= settings.webhooks.max_attempts:
         values.update(failed_at=sa.func.now(), last_error=error)
         report.failed.append(event.id)
         log.warning("webhook %s to %s given up after %d tries: %s", event.id, redact_url(event.url), tries, error)

@@ -5,6 +5,7 @@ If sending fails after the commit, the batch stays `queued` and the reconcile jo
 
 from __future__ import annotations
 
+import socket
 from datetime import datetime
 from typing import cast
 from urllib.parse import urlsplit
@@ -21,6 +22,7 @@ from mas.domain.steps import STARTS
 from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
 from mas.names import Priority
+from mas.outbox import targets
 from mas.redaction import redact_url
 from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client
@@ -101,15 +103,28 @@ def check_broker(settings: Settings) -> None:
             ) from None
 
 
-def check_notify_url(settings: Settings, url: str | None) -> str | None:
-    """A request's webhook URL: http(s), and only when events can be signed (MAS_WEBHOOK_SECRET)."""
+def check_notify_url(
+    settings: Settings, url: str | None, *, resolver: targets.Resolver = socket.getaddrinfo
+) -> str | None:
+    """A request's webhook URL: http(s), only when events can be signed (MAS_WEBHOOK_SECRET), and only to a
+    host whose every address webhooks may go to (`mas.outbox.targets`: not loopback, private, link-local ...
+    unless MAS_WEBHOOK_ALLOWED_HOSTS allows it). A host that does not resolve is refused too. Each delivery
+    checks again."""
     if url is None:
         return None
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises for a port that is not 0-65535)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
         raise InvalidInput(f"the webhook URL {redact_url(url)!r} is not an http(s) URL; nothing was queued")
     if settings.webhooks.secret is None:
         raise InvalidInput("a webhook URL needs MAS_WEBHOOK_SECRET set (events are signed); nothing was queued")
+    try:
+        targets.check_url(url, targets.rules(settings, resolver), resolver)
+    except targets.TargetError as exc:
+        raise InvalidInput(f"the webhook URL {redact_url(url)!r} {exc}; nothing was queued") from None
     return url
 
 
