@@ -405,6 +405,13 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(40), primary_key=True)
     role: Mapped[str] = mapped_column(String(16))  # admin | member (`mas.domain.identity.ROLES`)
     password_hash: Mapped[str | None] = mapped_column(Text)
+    # their share of the GPU against other users' (weighted fair queuing in `mas.pipeline.pacing`)
+    gpu_share: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    # quotas; None: the studio's default (MAS_QUOTA_*)
+    videos_per_day: Mapped[int | None] = mapped_column(Integer)
+    videos_waiting: Mapped[int | None] = mapped_column(Integer)
+    batches_at_once: Mapped[int | None] = mapped_column(Integer)
+    webhook_secret: Mapped[str | None] = mapped_column(Text)  # signs their events instead of MAS_WEBHOOK_SECRET
     created_at: Mapped[datetime] = _now_column()
 
 
@@ -419,3 +426,13 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = _now_column()
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class FairPass(Base):
+    """How much of the GPU a user has been given, in units of their share (stride scheduling): the next
+    video let through is the waiting user's with the lowest pass."""
+
+    __tablename__ = "fair_passes"
+
+    user_name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    pass_value: Mapped[float] = mapped_column(Float, default=0.0)
