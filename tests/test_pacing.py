@@ -18,10 +18,10 @@ from mas.pipeline.production import new_batch
 S = VideoState
 
 
-def _running_batch(settings, count: int, *, priority: str = "normal") -> tuple[int, list[int]]:
+def _running_batch(settings, count: int, *, priority: str = "normal", user: str = "default") -> tuple[int, list[int]]:
     request = ProductionRequest(text=f"Create {count} videos of owls", kind="batch", count=count, theme="owls")
     with db.session_scope(settings) as session:
-        batch = new_batch(session, request, priority=priority, user="default")
+        batch = new_batch(session, request, priority=priority, user=user)
         batch.status = BatchStatus.running
         videos = [
             Video(batch_id=batch.id, position=i, concept=f"owl {i}", state=pacing.first_state(priority))
@@ -83,6 +83,41 @@ def test_a_paused_batch_waits_and_gives_its_places_to_others_and_a_cancel_ends_i
     assert _states(settings, others) == [S.cancelled] * 3
     with db.session_scope(settings) as session:
         assert session.get(Batch, second).status == BatchStatus.cancelled
+
+
+def _render_one(settings, released: list[int]) -> list[int]:
+    """The oldest released video's render ends; the videos let through in its place."""
+    _move(settings, released.pop(0), S.grading)
+    let_through = _release(settings)
+    released.extend(let_through)
+    return let_through
+
+
+def test_a_users_waiting_video_goes_next_whatever_another_user_has_queued(clean):
+    settings = clean.model_copy(update={"write_ahead": 2})
+    _, many = _running_batch(settings, 40, user="ana")
+    released = _release(settings)
+    assert released == many[:2]
+    for _ in range(10):
+        _render_one(settings, released)
+    _, (single,) = _running_batch(settings, 1, user="ben")
+    assert _render_one(settings, released) == [single]  # the next place is ben's, not ana's 13th
+
+
+def test_users_who_both_wait_share_the_places_by_their_shares(clean):
+    from mas.models import User
+
+    settings = clean.model_copy(update={"write_ahead": 1})
+    with db.session_scope(settings) as session:
+        session.add_all([User(name="ana", role="member", gpu_share=3.0), User(name="ben", role="member")])
+    _, ana = _running_batch(settings, 60, user="ana")
+    _, ben = _running_batch(settings, 60, user="ben")
+    released = _release(settings)
+    given = list(released)
+    for _ in range(39):
+        given += _render_one(settings, released)
+    assert (sum(v in ana for v in given), sum(v in ben for v in given)) == (30, 10)
+    assert [v for v in given if v in ana] == ana[:30]  # each user's own videos in their order
 
 
 @pytest.mark.usefixtures("workers")
