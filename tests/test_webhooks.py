@@ -32,8 +32,9 @@ from standardwebhooks.webhooks import Webhook
 
 from mas import db
 from mas.cli import main
+from mas.errors import InvalidInput
 from mas.models import Batch, BatchStatus, Schedule, StepLease, Video, VideoState, WebhookEvent
-from mas.outbox import webhooks
+from mas.outbox import events, webhooks
 from tests.dns_faults import Dns
 from tests.studio import IsolatedStudio
 
@@ -555,3 +556,32 @@ def test_https_to_the_checked_address_names_the_host_for_sni_and_the_certificate
     assert sorted(set(asked)) == ["impostor.test", "receiver.test"]
     (refused,) = [e for e in _events(settings) if e.id == bad]
     assert "ConnectError" in refused.last_error and "certificate verify failed" in refused.last_error
+
+
+def test_a_users_own_secret_signs_their_requests_events_and_the_studios_signs_its_own(clean):
+    """A user with a secret of their own may name a receiver without the studio's secret; their request's
+    receiver verifies with their secret, the studio's receiver with the studio's."""
+    from mas.domain.requests import ProductionRequest
+    from mas.models import User
+    from mas.pipeline.production import check_notify_url, new_batch
+
+    own = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    with db.session_scope(clean) as s:
+        s.add(User(name="ana", role="member", webhook_secret=own))
+    with Receiver() as theirs, Receiver() as studios:
+        unsigned = clean.model_copy(update={"webhook_allowed_hosts": LOOPBACK, "webhook_secret": None})
+        ana = unsigned.for_user("ana")
+        assert check_notify_url(ana, theirs.url) == theirs.url  # her own secret is enough
+        with pytest.raises(InvalidInput, match="needs MAS_WEBHOOK_SECRET set, or the user's own secret"):
+            check_notify_url(unsigned.for_user("ben"), theirs.url)
+        settings = _with_webhooks(clean, webhook_url=studios.url).for_user("ana")
+        request = ProductionRequest(text="Create 1 video of owls", kind="batch", count=1, theme="owls")
+        with db.session_scope(settings) as s:
+            batch = new_batch(s, request, priority="normal", user="ana", notify_url=theirs.url)
+            events.record(s, settings, type="batch.done", batch=batch, data={})
+        assert webhooks.deliver_due(settings).tried == 2
+    (to_them,), (to_studio,) = theirs.accepted(), studios.accepted()
+    assert Webhook(own).verify(to_them.body, to_them.headers)["type"] == "batch.done"
+    assert Webhook(SECRET).verify(to_studio.body, to_studio.headers)["type"] == "batch.done"
+    with pytest.raises(Exception, match="signature"):
+        Webhook(SECRET).verify(to_them.body, to_them.headers)

@@ -41,7 +41,7 @@ from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidSettings, StudioError
-from mas.models import WebhookEvent
+from mas.models import Batch, User, WebhookEvent
 from mas.outbox import targets
 from mas.redaction import redact_text, redact_url
 
@@ -99,6 +99,7 @@ class _Claimed:
     url: str
     payload: dict[str, Any]
     attempts: int
+    secret: str | None  # the batch's user's own secret, for their request's receiver; else the studio's
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,14 @@ class _Answer:
     final: bool = False
 
 
-def signer(settings: Settings) -> Webhook:
-    """The Standard Webhooks signer of MAS_WEBHOOK_SECRET."""
-    if settings.webhooks.secret is None:
+def signer(settings: Settings, secret: str | None = None) -> Webhook:
+    """The Standard Webhooks signer of `secret` (a user's own), else of MAS_WEBHOOK_SECRET."""
+    if secret is None and settings.webhooks.secret is None:
         raise SigningSecretUnusable("webhook events wait to be delivered but MAS_WEBHOOK_SECRET is not set")
     try:
-        return Webhook(settings.webhooks.secret.get_secret_value())
+        return Webhook(secret or settings.webhooks.secret.get_secret_value())  # type: ignore[union-attr]
     except (ValueError, EmptyWebhookSecretError):
-        raise SigningSecretUnusable("MAS_WEBHOOK_SECRET must be whsec_ followed by base64 (of random bytes)") from None
+        raise SigningSecretUnusable("a webhook secret must be whsec_ followed by base64 (of random bytes)") from None
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -133,11 +134,11 @@ def deliver_due(
     receivers' hosts (tests inject one)."""
     report = DeliveryReport()
     try:
-        webhook = signer(settings)
+        studio: Webhook | None = signer(settings)
     except SigningSecretUnusable:
-        if pending(settings, limit=1):  # a studio without webhooks has no secret and nothing to send
+        if _needs_studio_secret(settings):  # a studio without webhooks has no secret and nothing to send
             raise
-        return report
+        studio = None
     claimed = _claim(settings, limit=limit)
     if not claimed:
         return report
@@ -146,13 +147,40 @@ def deliver_due(
         _client(settings) as client,
         ThreadPoolExecutor(max_workers=min(MAX_SENDERS, len(claimed))) as pool,
     ):
-        answers = list(pool.map(lambda event: _send(client, webhook, event, rules, resolver), claimed))
+        answers = list(
+            pool.map(lambda event: _send(client, _signer_of(settings, event, studio), event, rules, resolver), claimed)
+        )
     secrets = settings.secret_values()
     with session_scope(settings) as session:
         for event, answer in zip(claimed, answers, strict=True):
             shown = None if answer.error is None else redact_text(answer.error, secrets)[:ERROR_CHARS]
             _record(session, settings, event, _Answer(shown, answer.final), report)
     return report
+
+
+def _signer_of(settings: Settings, event: _Claimed, studio: Webhook | None) -> Webhook | None:
+    if event.secret is not None:
+        try:
+            return signer(settings, event.secret)
+        except SigningSecretUnusable:
+            return None
+    return studio
+
+
+def _user_secret() -> sa.ScalarSelect:
+    """The secret of the event's batch's user, when the event goes to the request's own receiver."""
+    return (
+        sa.select(User.webhook_secret)
+        .join(Batch, Batch.user_name == User.name)
+        .where(Batch.id == WebhookEvent.batch_id, Batch.notify_url == WebhookEvent.url)
+        .scalar_subquery()
+    )
+
+
+def _needs_studio_secret(settings: Settings) -> bool:
+    with session_scope(settings) as session:
+        unfinished = sa.and_(WebhookEvent.delivered_at.is_(None), WebhookEvent.failed_at.is_(None))
+        return bool(session.scalar(sa.select(sa.exists().where(unfinished, _user_secret().is_(None)))))
 
 
 def _client(settings: Settings) -> httpx.Client:
@@ -194,8 +222,11 @@ def _claim(settings: Settings, *, limit: int) -> list[_Claimed]:
     waves = -(-limit // MAX_SENDERS)
     hold = timedelta(seconds=waves * settings.webhooks.timeout_seconds + CLAIM_MARGIN_S)
     with session_scope(settings) as session:
-        rows = session.scalars(_due(limit)).all()
-        claimed = [_Claimed(seq=r.seq, id=r.id, url=r.url, payload=r.payload, attempts=r.attempts) for r in rows]
+        rows = session.execute(_due(limit).add_columns(_user_secret())).all()
+        claimed = [
+            _Claimed(seq=r.seq, id=r.id, url=r.url, payload=r.payload, attempts=r.attempts, secret=secret)
+            for r, secret in rows
+        ]
         if claimed:
             seqs = [event.seq for event in claimed]
             session.execute(
@@ -208,9 +239,11 @@ def _claim(settings: Settings, *, limit: int) -> list[_Claimed]:
 
 
 def _send(
-    client: httpx.Client, webhook: Webhook, event: _Claimed, rules: targets.Rules, resolver: targets.Resolver
+    client: httpx.Client, webhook: Webhook | None, event: _Claimed, rules: targets.Rules, resolver: targets.Resolver
 ) -> _Answer:
     """Check the receiver's address and POST one signed event to it; what the try came to."""
+    if webhook is None:
+        return _Answer("no usable signing secret: set MAS_WEBHOOK_SECRET or the user's own (mas users set)")
     try:
         url = httpx.URL(event.url)
         if url.scheme not in ("http", "https") or not url.raw_host:

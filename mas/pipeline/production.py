@@ -20,7 +20,7 @@ from mas.db import rows_changed, session_scope
 from mas.domain.requests import ProductionRequest, RequestKind, parse_request
 from mas.domain.steps import STARTS
 from mas.errors import InvalidInput, PeerUnavailable
-from mas.models import Batch, Schedule
+from mas.models import Batch, Schedule, User
 from mas.names import Priority
 from mas.outbox import targets
 from mas.redaction import redact_url
@@ -119,13 +119,21 @@ def check_notify_url(
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
         raise InvalidInput(f"the webhook URL {redact_url(url)!r} is not an http(s) URL; nothing was queued")
-    if settings.webhooks.secret is None:
-        raise InvalidInput("a webhook URL needs MAS_WEBHOOK_SECRET set (events are signed); nothing was queued")
+    if settings.webhooks.secret is None and not _has_own_secret(settings):
+        raise InvalidInput(
+            "a webhook URL needs MAS_WEBHOOK_SECRET set, or the user's own secret (`mas users set NAME "
+            "--webhook-secret ...`): events are signed; nothing was queued"
+        )
     try:
         targets.check_url(url, targets.rules(settings, resolver), resolver)
     except targets.TargetError as exc:
         raise InvalidInput(f"the webhook URL {redact_url(url)!r} {exc}; nothing was queued") from None
     return url
+
+
+def _has_own_secret(settings: Settings) -> bool:
+    with session_scope(settings) as session:
+        return bool(session.scalar(sa.select(User.webhook_secret).where(User.name == settings.user)))
 
 
 def submit(
