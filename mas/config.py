@@ -705,6 +705,19 @@ class ServiceSettings(Group):
     )
 
 
+def check_webhook_secret(secret: str, what: str = "a webhook secret") -> str:
+    """A Standard Webhooks signing secret as MAS_WEBHOOK_SECRET takes it (whsec_ + the base64 of 24 or more
+    bytes), given back as it is; ValueError, naming `what` and never the value, for anything else. A user's own
+    secret (`mas users set --webhook-secret`) is checked by the same rule."""
+    try:
+        usable = len(base64.b64decode(secret.removeprefix("whsec_"), validate=True)) >= 24
+    except (binascii.Error, ValueError):
+        usable = False
+    if not usable:
+        raise ValueError(f"{what} must be whsec_ followed by the base64 of 24 or more random bytes")
+    return secret
+
+
 class WebhookSettings(Group):
     """The studio-wide webhook receiver, its signing secret and its deliveries."""
 
@@ -770,13 +783,7 @@ class WebhookSettings(Group):
         if self.url and self.secret is None:
             raise ValueError("MAS_WEBHOOK_URL needs MAS_WEBHOOK_SECRET (whsec_...): every event is signed")
         if self.secret is not None:
-            secret = self.secret.get_secret_value().removeprefix("whsec_")
-            try:
-                usable = len(base64.b64decode(secret, validate=True)) >= 24
-            except (binascii.Error, ValueError):
-                usable = False
-            if not usable:
-                raise ValueError("MAS_WEBHOOK_SECRET must be whsec_ followed by the base64 of 24 or more random bytes")
+            check_webhook_secret(self.secret.get_secret_value(), "MAS_WEBHOOK_SECRET")
         return self
 
 
@@ -920,6 +927,35 @@ class MemorySettings(Group):
         return self
 
 
+class QuotaSettings(Group):
+    """How much work one user may ask for, studio-wide: the defaults of every user, which a user's own quota
+    (`mas users set`) overrides. Unset: no limit. A submit beyond one is refused whole."""
+
+    videos_per_day: int | None = Field(
+        validation_alias="MAS_QUOTA_VIDEOS_PER_DAY",
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="Videos a user's batches made in the last 24 hours may ask for in all, the new batch's "
+        "included; unset: no limit.",
+    )
+    videos_waiting: int | None = Field(
+        validation_alias="MAS_QUOTA_VIDEOS_WAITING",
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="Videos of a user not yet accepted, failed or cancelled (a batch not yet planned counts its "
+        "videos), the new batch's included; unset: no limit.",
+    )
+    batches_at_once: int | None = Field(
+        validation_alias="MAS_QUOTA_BATCHES_AT_ONCE",
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="Batches of a user queued, running or paused at once, the new one included; unset: no limit.",
+    )
+
+
 GROUPS: dict[str, type[Group]] = {
     "database": DatabaseSettings,
     "broker": BrokerSettings,
@@ -938,6 +974,7 @@ GROUPS: dict[str, type[Group]] = {
     "scheduling": SchedulingSettings,
     "reliability": ReliabilitySettings,
     "memory": MemorySettings,
+    "quotas": QuotaSettings,
 }
 """The groups of `Settings`, by the attribute that holds each."""
 
@@ -1001,6 +1038,7 @@ class Settings(BaseSettings):
     scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
     reliability: ReliabilitySettings = Field(default_factory=ReliabilitySettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    quotas: QuotaSettings = Field(default_factory=QuotaSettings)
 
     def __init__(self, **values: Any) -> None:
         """Values by their variable's name, as in the environment without MAS_: `Settings(write_ahead=2)` is

@@ -352,14 +352,21 @@ class Schedule(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     request: Mapped[str] = mapped_column(Text)
-    options: Mapped[dict] = mapped_column(JSONB, default=dict)  # no longer written: spec, priority, user_name
+    # spec, priority and user_name were kept here before their columns; now only a failed run's reason
+    options: Mapped[dict] = mapped_column(JSONB, default=dict)
     spec: Mapped[dict | None] = mapped_column(JSONB)  # the typed request; None for one stored before 0005
     priority: Mapped[Priority] = _priority_column()
     user_name: Mapped[str] = _user_column()
-    status: Mapped[str] = mapped_column(String(16), default="scheduled")  # scheduled|sent|cancelled
+    # scheduled|sent|cancelled|failed (its user's quotas refused its batch when it ran)
+    status: Mapped[str] = mapped_column(String(16), default="scheduled")
     batch_id: Mapped[int | None] = mapped_column(ForeignKey("batches.id"))
     notify_url: Mapped[str | None] = mapped_column(Text)  # passed on to its batch
     created_at: Mapped[datetime] = _now_column()
+
+    @property
+    def failure_reason(self) -> str | None:
+        """Why the schedule failed when it ran (`mas.pipeline.production.run_due_schedules`), or None."""
+        return (self.options or {}).get("failure_reason") if self.status == "failed" else None
 
 
 class WebhookEvent(Base):

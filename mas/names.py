@@ -118,6 +118,12 @@ def endpoint_slot(url: str, slot: int) -> str:
     return f"llm:{hashlib.sha256(url.encode()).hexdigest()[:16]}:{slot}"
 
 
+def quota_lock(user: str) -> str:
+    """One submit at a time of one user, from counting their work against their quotas to storing the batch
+    (`mas.pipeline.quotas`), so two submits at once cannot both pass on the same room."""
+    return f"quota:{user}"
+
+
 def block_lock(label: str) -> str:
     """One read-modify-write at a time of one core block kept on a server without compare-and-set."""
     return f"block:{label}"

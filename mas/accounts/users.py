@@ -4,14 +4,16 @@ checked by the gallery's gate on every request."""
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
 from mas.accounts import secrets as stored
-from mas.config import USER_PATTERN, Settings
+from mas.config import USER_PATTERN, Settings, check_webhook_secret
 from mas.db import session_scope
 from mas.domain.identity import ROLES, Identity, Role
 from mas.errors import InvalidInput
@@ -24,6 +26,15 @@ class UnknownUser(InvalidInput):
     """No user by that name (or no such key of theirs)."""
 
 
+QUOTAS = ("videos_per_day", "videos_waiting", "batches_at_once")
+"""A user's own quotas (None: the studio's default, MAS_QUOTA_*), counted by `mas.pipeline.quotas`."""
+
+LIMITS = ("gpu_share", *QUOTAS, "webhook_secret")
+"""What `set_limits` changes."""
+
+MAX_QUOTA = 2**31 - 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class UserRow:
     name: str
@@ -31,6 +42,26 @@ class UserRow:
     keys: int  # keys in force: neither revoked nor expired
     login: bool
     created_at: datetime
+    gpu_share: float = 1.0
+    videos_per_day: int | None = None  # their own quotas; None: the studio's default
+    videos_waiting: int | None = None
+    batches_at_once: int | None = None
+    webhook_secret: bool = False  # whether they have their own (never shown)
+
+    @classmethod
+    def of(cls, user: User, keys: int) -> UserRow:
+        return cls(
+            name=user.name,
+            role=user.role,
+            keys=keys,
+            login=user.password_hash is not None,
+            created_at=user.created_at,
+            gpu_share=user.gpu_share,
+            videos_per_day=user.videos_per_day,
+            videos_waiting=user.videos_waiting,
+            batches_at_once=user.batches_at_once,
+            webhook_secret=user.webhook_secret is not None,
+        )
 
 
 def _now() -> datetime:
@@ -100,19 +131,61 @@ def revoke(settings: Settings, name: str, key_id: str | None = None) -> int:
         return len(revoked)
 
 
+def set_limits(settings: Settings, name: str, changes: Mapping[str, object]) -> UserRow:
+    """Change the user's GPU share, quotas or webhook secret: each of `LIMITS` named in `changes` (None: a
+    quota back to the studio's default, or no webhook secret of their own); the others stay. All are checked
+    before any is written."""
+    if not changes:
+        raise InvalidInput("nothing to change: give a share, a quota or a webhook secret")
+    if unknown := sorted(set(changes) - set(LIMITS)):
+        raise InvalidInput(f"no limit is named {', '.join(unknown)}; they are {', '.join(LIMITS)}")
+    checked = {field: _checked(field, value) for field, value in changes.items()}
+    with session_scope(settings) as session:
+        user = session.get(User, name)
+        if user is None:
+            raise UnknownUser(f"there is no user {name!r}")
+        for field, value in checked.items():
+            setattr(user, field, value)
+        session.flush()
+        return UserRow.of(user, _keys_in_force(session, name))
+
+
+def _checked(field: str, value: object) -> object:
+    if field == "gpu_share":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise InvalidInput(f"a GPU share is a number above 0, got {value!r}")
+        return float(value)
+    if field == "webhook_secret":
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise InvalidInput("a webhook secret is text: whsec_ and base64")
+        try:
+            return check_webhook_secret(value, "a user's webhook secret")
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_QUOTA:
+        raise InvalidInput(
+            f"a quota ({field.replace('_', ' ')}) is a whole number from 0 to {MAX_QUOTA}, got {value!r}"
+        )
+    return value
+
+
+def _in_force() -> sa.ColumnElement[bool]:
+    return sa.and_(ApiKey.revoked_at.is_(None), sa.or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > sa.func.now()))
+
+
+def _keys_in_force(session, name: str) -> int:
+    return session.scalar(sa.select(sa.func.count()).where(ApiKey.user_name == name, _in_force())) or 0
+
+
 def listed(settings: Settings) -> list[UserRow]:
-    in_force = sa.or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > sa.func.now())
-    keys = (
-        sa.select(sa.func.count())
-        .where(ApiKey.user_name == User.name, ApiKey.revoked_at.is_(None), in_force)
-        .scalar_subquery()
-    )
+    keys = sa.select(sa.func.count()).where(ApiKey.user_name == User.name, _in_force()).scalar_subquery()
     with session_scope(settings) as session:
         rows = session.execute(sa.select(User, keys).order_by(User.name)).all()
-        return [
-            UserRow(name=u.name, role=u.role, keys=n, login=u.password_hash is not None, created_at=u.created_at)
-            for u, n in rows
-        ]
+        return [UserRow.of(user, n) for user, n in rows]
 
 
 def any_users(settings: Settings) -> bool:

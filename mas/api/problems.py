@@ -1,6 +1,7 @@
 """Errors as problem details (RFC 9457, `application/problem+json`) carrying the studio's distinction: a
-retryable error (a server away, a busy key) is a 503 or 409 with `retryable: true`; a permanent one says what
-to change. Bad input is always a 4xx and changes nothing; nothing the studio raises on purpose is a 500."""
+retryable error (a server away, a busy key) is a 503 or 409 with `retryable: true`, a full quota a 429 with
+`Retry-After`; a permanent one says what to change. Bad input is always a 4xx and changes nothing; nothing the
+studio raises on purpose is a 500."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from starlette.responses import JSONResponse
 
 from mas.domain.identity import ActsForOthers
 from mas.errors import InvalidInput, InvalidSettings, PeerUnavailable, RetryableError, StudioError, Unauthorized
+from mas.pipeline.quotas import QuotaExceeded
 
 MEDIA_TYPE = "application/problem+json"
 TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 409: "Conflict",
-          422: "Invalid request", 503: "Unavailable"}  # fmt: skip
+          422: "Invalid request", 429: "Too many requests", 503: "Unavailable"}  # fmt: skip
 
 
 class NotFound(StudioError):
@@ -27,16 +29,22 @@ class Conflict(StudioError):
     """The request is well formed but the thing is in no state for it (a closed test, a finished batch)."""
 
 
-def problem(status: int, detail: str, *, kind: str, retryable: bool = False, **extra: Any) -> JSONResponse:
+def problem(
+    status: int, detail: str, *, kind: str, retryable: bool = False, retry_after: int | None = None, **extra: Any
+) -> JSONResponse:
+    """The problem's response; `retry_after` (seconds) goes in the body and the `Retry-After` header (a
+    retryable 503 says 5 s in the header when it knows no better)."""
     body = {
         "type": f"urn:mas:problem:{kind}",
         "title": TITLES.get(status, "Error"),
         "status": status,
         "detail": detail,
         "retryable": retryable,
-        **{k: v for k, v in extra.items() if v is not None},
+        **{k: v for k, v in {**extra, "retry_after": retry_after}.items() if v is not None},
     }
-    headers = {"Retry-After": "5"} if retryable and status == 503 else None
+    if retry_after is None and retryable and status == 503:
+        retry_after = 5
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
@@ -50,6 +58,8 @@ def status_of(exc: StudioError) -> tuple[int, str]:
         return 403, "forbidden"
     if isinstance(exc, Conflict):
         return 409, "conflict"
+    if isinstance(exc, QuotaExceeded):
+        return 429, "quota"
     if isinstance(exc, PeerUnavailable):
         return 503, "unavailable"
     if isinstance(exc, RetryableError):
@@ -67,7 +77,8 @@ def install(app: FastAPI) -> None:
     async def studio_error(request: Request, exc: Exception) -> JSONResponse:  # noqa: ARG001
         assert isinstance(exc, StudioError)
         status, kind = status_of(exc)
-        return problem(status, str(exc), kind=kind, retryable=exc.retryable)
+        retry_after = exc.retry_after if isinstance(exc, QuotaExceeded) else None
+        return problem(status, str(exc), kind=kind, retryable=exc.retryable, retry_after=retry_after)
 
     async def invalid_body(request: Request, exc: Exception) -> JSONResponse:  # noqa: ARG001
         assert isinstance(exc, RequestValidationError)

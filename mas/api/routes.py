@@ -33,6 +33,10 @@ router = APIRouter()
 MAX_ID = 2**31 - 1  # a larger id is simply not found
 PROBLEM = {"model": dict, "content": {"application/problem+json": {}}, "description": "A problem (RFC 9457)."}
 ERRORS: dict[int | str, dict[str, Any]] = {404: PROBLEM, 409: PROBLEM, 422: PROBLEM, 503: PROBLEM}
+SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    429: {**PROBLEM, "description": "A quota of the user is full now (a problem, with `Retry-After` in seconds)."},
+}
 
 
 def _request_of(body: BatchRequest, settings: Settings) -> ProductionRequest:
@@ -53,7 +57,7 @@ def _request_of(body: BatchRequest, settings: Settings) -> ProductionRequest:
     return ProductionRequest.batch(body.theme, count=body.count, settings=settings)
 
 
-@router.post("/batches", status_code=201, response_model=Submitted, responses=ERRORS, tags=["batches"])
+@router.post("/batches", status_code=201, response_model=Submitted, responses=SUBMIT_ERRORS, tags=["batches"])
 def submit(
     body: BatchRequest,
     request: Request,
@@ -62,7 +66,9 @@ def submit(
         str | None, Header(description="Retry-safe submits: the same key makes one batch.")
     ] = None,
 ) -> Submitted:
-    """Submit a batch, a series' next episodes or an A/B test, now or at a time (`at`)."""
+    """Submit a batch, a series' next episodes or an A/B test, now or at a time (`at`). A submit beyond the
+    user's quotas is refused whole: 429 with `Retry-After` while a quota is full, 422 for a request larger than
+    a quota allows; a schedule is counted when it runs."""
     from mas.pipeline import production
 
     settings = acting(request, body.user)
@@ -120,12 +126,12 @@ def _batch(request: Request, batch_id: int) -> BatchOut:
         if batch is None or not sees(request, batch.user_name):
             raise NotFound(f"there is no batch {batch_id}")
         videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
-        return BatchOut.of(batch, videos)
+        return BatchOut.of(batch, videos, places=queries.places(acting(request), session, batch_id))
 
 
 @router.get("/batches/{batch_id}", response_model=BatchOut, responses=ERRORS, tags=["batches"])
 def get_batch(batch_id: int, request: Request) -> BatchOut:
-    """One batch with its videos."""
+    """One batch with its videos; each on its way to the GPU says the renders ahead of it and an estimated start."""
     return _batch(request, batch_id)
 
 
@@ -160,7 +166,8 @@ def get_video(video_id: int, request: Request) -> VideoOut:
         )
         if video is None or not sees(request, video.batch.user_name):
             raise NotFound(f"there is no video {video_id}")
-        return VideoOut.of(video, with_attempts=True)
+        place = queries.places(acting(request), session, video.batch_id).get(video.id)
+        return VideoOut.of(video, with_attempts=True, place=place)
 
 
 @router.get("/videos/{video_id}/file", responses={**ERRORS, 200: {"content": {"video/mp4": {}}}}, tags=["videos"])

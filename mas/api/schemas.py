@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mas.models import ABTest, Attempt, Batch, Video
-from mas.reports.queries import Outcomes
+from mas.reports.queries import Outcomes, Place
 
 
 class Strict(BaseModel):
@@ -92,10 +92,23 @@ class VideoOut(BaseModel):
     failure_reasons: list[Any]
     file_url: str | None = Field(description="The video, served by this server (relative URL), once it exists.")
     attempt_history: list[AttemptOut] | None = Field(default=None, description="Every attempt (one video's page).")
+    renders_ahead: int | None = Field(
+        default=None,
+        description="A video on its way to the GPU (waiting or writing, in a running batch): the renders due or "
+        "running and those of videos before it in the order the studio lets them through today; null otherwise "
+        "(and in lists).",
+    )
+    estimated_start: datetime | None = Field(
+        default=None,
+        description="When its render may start: now + renders_ahead x the median of the recent measured renders, "
+        "one at a time (an estimate); null when no render was measured yet (unknown) or it is not waiting.",
+    )
 
     @classmethod
-    def of(cls, row: Video, *, with_attempts: bool = False) -> VideoOut:
+    def of(cls, row: Video, *, with_attempts: bool = False, place: Place | None = None) -> VideoOut:
         return cls(
+            renders_ahead=place.renders_ahead if place is not None else None,
+            estimated_start=place.estimated_start if place is not None else None,
             id=row.id,
             batch_id=row.batch_id,
             position=row.position,
@@ -127,8 +140,17 @@ class BatchOut(BaseModel):
     videos: list[VideoOut] | None = Field(default=None, description="The batch's videos (one batch's page).")
 
     @classmethod
-    def of(cls, row: Batch, videos: list[Video] | None = None, *, counts: Outcomes | None = None) -> BatchOut:
-        """The batch, with its videos (their counts from them) or with `counts` (a list's one query)."""
+    def of(
+        cls,
+        row: Batch,
+        videos: list[Video] | None = None,
+        *,
+        counts: Outcomes | None = None,
+        places: dict[int, Place] | None = None,
+    ) -> BatchOut:
+        """The batch, with its videos (their counts from them, and where each waiting one stands: `places`) or
+        with `counts` (a list's one query)."""
+        places = places or {}
         counts = Outcomes.of(videos) if videos is not None else counts or Outcomes()
         return cls(
             id=row.id,
@@ -144,7 +166,7 @@ class BatchOut(BaseModel):
             failure_reason=row.failure_reason,
             ab_test_id=row.ab_test_id,
             created_at=row.created_at,
-            videos=[VideoOut.of(v) for v in videos] if videos is not None else None,
+            videos=[VideoOut.of(v, place=places.get(v.id)) for v in videos] if videos is not None else None,
         )
 
 
@@ -205,3 +227,6 @@ class Problem(BaseModel):
     detail: str = Field(description="What went wrong, for a person.")
     retryable: bool = Field(description="Whether the same request may succeed later (the studio's error tree).")
     errors: list[dict[str, Any]] | None = Field(default=None, description="Each invalid field, for a bad body.")
+    retry_after: int | None = Field(
+        default=None, description="Seconds after which the same request may pass (a full quota), as `Retry-After`."
+    )

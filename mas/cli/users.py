@@ -13,8 +13,16 @@ from rich.table import Table
 
 from mas.cli.context import console, ready
 from mas.config import Settings
+from mas.errors import InvalidInput
 
 DAYS = click.IntRange(1, 3650)
+QUOTA = click.IntRange(0, 2**31 - 1)
+QUOTA_FLAGS = (
+    ("videos_per_day", "videos a day"),
+    ("videos_waiting", "videos waiting"),
+    ("batches_at_once", "batches at once"),
+)
+"""Each quota: its field (a `users` column, `--videos-per-day`, `--no-limit-videos-per-day`) and its words."""
 
 
 def _lifetime(days: int | None) -> timedelta | None:
@@ -47,7 +55,8 @@ def users_add(settings: Settings, name: str, admin: bool, expires_days: int | No
 @users_group.command("list")
 @click.pass_obj
 def users_list(settings: Settings) -> None:
-    """Every user: role, keys in force, whether they have a gallery login."""
+    """Every user: role, keys in force, whether they have a gallery login; their GPU share, quotas (their own,
+    or the studio's default) and whether they have a webhook secret of their own."""
     from mas.accounts import users
 
     ready(settings)
@@ -59,6 +68,83 @@ def users_list(settings: Settings) -> None:
     for row in rows:
         table.add_row(row.name, row.role, str(row.keys), "yes" if row.login else "no", f"{row.created_at:%Y-%m-%d}")
     console.print(table)
+    limits = Table("user", "gpu share", "videos/day", "waiting", "at once", "webhook secret")
+    for row in rows:
+        quotas = (_quota(getattr(row, field), getattr(settings.quotas, field)) for field, _ in QUOTA_FLAGS)
+        limits.add_row(row.name, f"{row.gpu_share:g}", *quotas, "own" if row.webhook_secret else "studio's")
+    console.print(limits)
+    console.print("quotas: videos a day, videos waiting, batches at once; (default): the studio's, MAS_QUOTA_*")
+
+
+def _quota(own: int | None, default: int | None) -> str:
+    """A quota as shown: the user's own, or the studio's default (MAS_QUOTA_*), or none."""
+    if own is not None:
+        return str(own)
+    return "no limit" if default is None else f"{default} (default)"
+
+
+def _limit_options(command):
+    """`--videos-per-day N` / `--no-limit-videos-per-day` and so on, for each quota."""
+    for field, words in reversed(QUOTA_FLAGS):
+        flag = field.replace("_", "-")
+        command = click.option(
+            f"--no-limit-{flag}",
+            f"unset_{field}",
+            is_flag=True,
+            help=f"Back to the studio's default {words} (MAS_QUOTA_{field.upper()}; unset there: no limit).",
+        )(command)
+        command = click.option(f"--{flag}", field, type=QUOTA, default=None, help=f"Their own quota of {words}.")(
+            command
+        )
+    return command
+
+
+@users_group.command("set")
+@click.argument("name")
+@click.option(
+    "--share", type=float, default=None, help="Their share of the GPU against other users' (above 0; each starts at 1)."
+)
+@_limit_options
+@click.option(
+    "--webhook-secret",
+    default=None,
+    metavar="whsec_...",
+    help="Their own webhook signing secret, as MAS_WEBHOOK_SECRET takes one (kept, never shown).",
+)
+@click.option("--no-webhook-secret", is_flag=True, help="Remove their own webhook secret.")
+@click.pass_obj
+def users_set(
+    settings: Settings,
+    name: str,
+    share: float | None,
+    webhook_secret: str | None,
+    no_webhook_secret: bool,
+    **quotas: int | bool | None,
+) -> None:
+    """Set the user's GPU share, quotas (videos a day, videos waiting, batches at once: a submit beyond one is
+    refused whole) or webhook secret; what is not given stays as it is."""
+    from mas.accounts import users
+
+    changes: dict[str, object] = {} if share is None else {"gpu_share": share}
+    for field, _ in QUOTA_FLAGS:
+        flag = field.replace("_", "-")
+        if quotas[field] is not None and quotas[f"unset_{field}"]:
+            raise InvalidInput(f"give --{flag} or --no-limit-{flag}, not both")
+        if quotas[field] is not None:
+            changes[field] = quotas[field]
+        elif quotas[f"unset_{field}"]:
+            changes[field] = None
+    if webhook_secret is not None and no_webhook_secret:
+        raise InvalidInput("give --webhook-secret or --no-webhook-secret, not both")
+    if webhook_secret is not None or no_webhook_secret:
+        changes["webhook_secret"] = webhook_secret
+    ready(settings)
+    row = users.set_limits(settings, name, changes)
+    shown = ", ".join(
+        f"{words} {_quota(getattr(row, field), getattr(settings.quotas, field))}" for field, words in QUOTA_FLAGS
+    )
+    secret = "their own" if row.webhook_secret else "the studio's"
+    console.print(f"{row.name}: gpu share {row.gpu_share:g}; {shown}; webhook secret {secret}")
 
 
 @users_group.command("keys")

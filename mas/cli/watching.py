@@ -35,7 +35,10 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
         follow_batch(settings, batch)
     else:
         shown = _batch(settings, batch)
-        console.print(_batch_view(shown, queries.waiting_on_recovery(settings)))
+        places = queries.batch_places(settings, shown.id)
+        console.print(_batch_view(shown, queries.waiting_on_recovery(settings), places))
+        for video_id, place in places.items():  # an estimate: the order of today, one render at a time
+            console.print(f"video {video_id} waits: {place.text()}")
         print_files(settings, shown.videos)
         usage = queries.agent_usage(settings, shown.id)
         if usage.calls:
@@ -73,7 +76,7 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
             time.sleep(poll_s)
             batch = _batch(settings, batch.id)
             recovering = queries.waiting_on_recovery(settings)
-            live.update(_batch_view(batch, recovering))
+            live.update(_batch_view(batch, recovering, queries.batch_places(settings, batch.id)))
             for video in batch.videos:  # said once each, as lines: a log or a pipe shows no live table
                 if recovering.get(video.id, told.get(video.id)) != told.get(video.id):
                     live.console.print(f"video {video.id}: {recovering[video.id]}", markup=False)
@@ -108,12 +111,13 @@ def _batch(settings: Settings, batch_id: int | None):
     return batch
 
 
-def _batch_view(batch, recovering: dict[int, str] | None = None) -> Group:
+def _batch_view(batch, recovering: dict[int, str] | None = None, places: dict | None = None) -> Group:
     """Header, progress bar and the videos (their files are printed whole after the table); a video whose
-    step's worker stopped answering says so (`recovering`)."""
+    step's worker stopped answering says so (`recovering`), one on its way to the GPU how many renders are
+    ahead of it and when its own may start (`places`: `queries.places`)."""
     from mas.reports import queries
 
-    recovering = recovering or {}
+    recovering, places = recovering or {}, places or {}
     outcomes = queries.Outcomes.of(batch.videos)
     header = Text(
         visible(
@@ -128,6 +132,8 @@ def _batch_view(batch, recovering: dict[int, str] | None = None) -> Group:
     table = Table("video", "state", "attempts", "grade", "concept")
     for v in batch.videos:
         state = f"{v.state.value} ({recovering[v.id]})" if v.id in recovering else v.state.value
+        if v.id in places:
+            state += f" ({places[v.id].short()})"
         table.add_row(str(v.id), state, str(v.attempt_count), v.grade or "", v.concept)
     return Group(header, bar, table)
 

@@ -175,7 +175,8 @@ def schedule_group() -> None:
 @schedule_group.command("list")
 @click.pass_obj
 def schedule_list(settings: Settings) -> None:
-    """Show scheduled, sent and cancelled batches."""
+    """Show scheduled, sent, cancelled and failed batches (a failed one: its user's quotas refused it when it
+    ran; the reason follows the table)."""
     from mas.reports import queries
 
     ready(settings)
@@ -189,6 +190,9 @@ def schedule_list(settings: Settings) -> None:
             str(row.id), f"{row.run_at.astimezone():%Y-%m-%d %H:%M}", row.status, str(row.batch_id or ""), row.request
         )
     console.print(table)
+    for row in rows:
+        if row.failure_reason:
+            console.print(f"schedule {row.id} failed: {row.failure_reason}")
 
 
 @schedule_group.command("cancel")

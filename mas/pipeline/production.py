@@ -1,6 +1,7 @@
 """Putting a request into production: a Batch row first (Postgres is the truth), then a message.
 
-If sending fails after the commit, the batch stays `queued` and the reconcile job re-sends it.
+If sending fails after the commit, the batch stays `queued` and the reconcile job re-sends it. Every new batch
+is counted against its user's quotas in the transaction that stores it (`mas.pipeline.quotas`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule, User
 from mas.names import Priority
 from mas.outbox import targets
+from mas.pipeline import quotas
 from mas.redaction import redact_url
 from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client
@@ -64,7 +66,8 @@ def new_batch(
 ) -> Batch:
     """A queued Batch row for `request`, flushed so it has its id; `user` is whose taste it is made for,
     `notify_url` the request's own webhook receiver. `kind`, `theme` and `total` repeat the spec for the
-    readers of batches (status, gallery)."""
+    readers of batches (status, gallery). A user's request is counted first, in the same transaction
+    (`quotas.check`: `submit`, `run_due_schedules`)."""
     batch = Batch(
         request=request.text,
         kind=request.kind,
@@ -140,11 +143,12 @@ def submit(
     settings: Settings, request: ProductionRequest, *, priority: str | None = None, notify_url: str | None = None
 ) -> int:
     """Store the request as a batch and send it to the Director; return the batch id. Refused whole (nothing
-    stored) when the broker does not answer."""
+    stored) when the broker does not answer or the user's quotas have no room for it."""
     priority = priority_for(settings, request, priority)
     notify_url = check_notify_url(settings, notify_url)
     check_broker(settings)
     with session_scope(settings) as session:
+        quotas.check(settings, session, settings.user, request.count)  # the user's lock, held until the commit
         batch_id = new_batch(session, request, priority=priority, user=settings.user, notify_url=notify_url).id
     send_plan(settings, batch_id, priority=priority)
     return batch_id
@@ -178,31 +182,39 @@ def schedule(
 def run_due_schedules(settings: Settings) -> list[int]:
     """Turn every due schedule into a batch, exactly once, and send the batches; return their ids.
 
-    The batch is created in the same transaction that marks the schedule sent, and rows are claimed with
-    SKIP LOCKED, so two beats or a restarted beat never run a schedule twice. A crash between the commit
-    and the send leaves a queued batch, which the reconcile job sends.
+    Each schedule is claimed with SKIP LOCKED and its batch created in the transaction that marks it sent, so
+    two beats or a restarted beat never run a schedule twice. A crash between the commit and the send leaves a
+    queued batch, which the reconcile job sends. The user's quotas are counted now, when the batch is made: a
+    schedule they refuse ends `failed` with the reason (`Schedule.failure_reason`), never tried again.
     """
-    with session_scope(settings) as session:
-        due = session.scalars(
-            sa.select(Schedule)
-            .where(Schedule.status == "scheduled", Schedule.run_at <= sa.func.now())
-            .order_by(Schedule.run_at)
-            .with_for_update(skip_locked=True)
-        ).all()
-        sent = []
-        for row in due:
+    sent = []
+    while True:
+        with session_scope(settings) as session:
+            row = session.scalars(
+                sa.select(Schedule)
+                .where(Schedule.status == "scheduled", Schedule.run_at <= sa.func.now())
+                .order_by(Schedule.run_at, Schedule.id)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            ).first()
+            if row is None:
+                break
             if row.spec is None:  # stored before requests were typed: migration 0005 leaves the text to the parser
                 request = parse_request(row.request, settings)
             else:
                 request = ProductionRequest.from_json(row.spec)
-            row.batch_id = new_batch(
-                session, request, priority=row.priority, user=row.user_name, notify_url=row.notify_url
-            ).id
-            row.status = "sent"
-            sent.append((row.batch_id, row.priority))
-    for batch_id, priority in sent:
-        send_plan(settings, batch_id, priority=priority)
-    return [batch_id for batch_id, _ in sent]
+            try:
+                quotas.check(settings, session, row.user_name, request.count)
+            except (quotas.QuotaExceeded, quotas.LargerThanQuota) as exc:
+                row.status = "failed"
+                row.options = {**(row.options or {}), "failure_reason": str(exc)}
+                continue
+            batch = new_batch(session, request, priority=row.priority, user=row.user_name, notify_url=row.notify_url)
+            row.batch_id, row.status = batch.id, "sent"
+            priority = row.priority
+        send_plan(settings, batch.id, priority=priority)
+        sent.append(batch.id)
+    return sent
 
 
 def cancel_schedule(settings: Settings, schedule_id: int) -> bool:

@@ -7,20 +7,23 @@ work and model residency from Redis. Nothing here writes.
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import InstrumentedAttribute, Session, selectinload
 
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.steps import STEPS
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
-from mas.models import ABTest, AgentCall, Batch, Schedule, Video, VideoState
+from mas.models import ABTest, AgentCall, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
 from mas.pipeline import leases
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
@@ -70,6 +73,112 @@ def outcomes(session: Session, batch_ids: Iterable[int]) -> dict[int, Outcomes]:
     for batch_id, state, count in rows:
         counts.setdefault(batch_id, {})[state.value] = count
     return {batch_id: Outcomes(**c) for batch_id, c in counts.items()}
+
+
+# --- where waiting work stands -------------------------------------------------------------------------
+
+_FIRST_GPU = next(i for i, step in enumerate(STEPS) if step.on_gpu)
+RENDER_STATE = STEPS[_FIRST_GPU].state
+"""A video whose render is due or running."""
+BEFORE_THE_GPU = frozenset({VideoState.waiting, *(step.state for step in STEPS[:_FIRST_GPU])})
+"""A video on its way to its render: waiting for its turn, or being written."""
+
+RECENT_RENDERS = 20
+"""How many of the newest renders (of the configured video backend) the estimate takes the median of."""
+
+
+def release_order() -> tuple[sa.ColumnElement[Any] | InstrumentedAttribute[Any], ...]:
+    """The order in which videos on their way to the GPU reach it, as sort keys over `Video` joined to its `Batch`:
+    the one place "ahead" is defined, swapped when the pacing changes (a fair share between users would).
+
+    Today: high-priority work first (its videos are written at once and go to the urgent queues), then videos
+    already let through (being written) before those still waiting, then the oldest batch first and a batch's
+    videos in order, as `mas.pipeline.pacing.release` lets them through."""
+    return (
+        sa.case((Batch.priority == "high", 0), else_=1),
+        sa.case((Video.state == VideoState.waiting, 1), else_=0),
+        Batch.id,
+        Video.position,
+        Video.id,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Place:
+    """Where a video waiting for its render stands: the renders ahead of it and when its own may start."""
+
+    renders_ahead: int
+    estimated_start: datetime | None  # None: no render of the video backend measured yet
+
+    def text(self) -> str:
+        """E.g. `3 renders ahead, starts ~14:05`, or `start unknown` before any render was measured."""
+        if self.estimated_start is None:
+            return f"{self.renders_ahead} renders ahead, start unknown"
+        return f"{self.renders_ahead} renders ahead, starts ~{self._when()}"
+
+    def short(self) -> str:
+        """E.g. `3 ahead ~14:05` (a table's cell)."""
+        return f"{self.renders_ahead} ahead" + (f" ~{self._when()}" if self.estimated_start else "")
+
+    def _when(self) -> str:
+        assert self.estimated_start is not None
+        local = self.estimated_start.astimezone()
+        return f"{local:%H:%M}" if local - datetime.now(UTC) < timedelta(hours=20) else f"{local:%Y-%m-%d %H:%M}"
+
+
+def render_seconds(settings: Settings, session: Session) -> float | None:
+    """The median of the newest RECENT_RENDERS measured renders of the configured video backend, or None."""
+    seconds = [
+        value
+        for value in session.scalars(
+            sa.select(Attempt.render_seconds)
+            .where(Attempt.render_seconds.is_not(None), Attempt.backend == settings.video.backend)
+            .order_by(Attempt.id.desc())  # the newest attempts (one's render is timed before it finishes)
+            .limit(RECENT_RENDERS)
+        )
+        if value is not None
+    ]
+    return statistics.median(seconds) if seconds else None
+
+
+def places(settings: Settings, session: Session, batch_id: int) -> dict[int, Place]:
+    """Each of the batch's videos on its way to the GPU (not yet rendering), by id: the renders ahead of it
+    (every video of a running batch whose render is due or running, and those before it in `release_order`)
+    and an estimated start (now + renders ahead x the median measured render, one render at a time).
+
+    Only a running batch's videos wait in line (a paused batch's wait for `mas continue`). An estimate: it
+    reflects the order today, counts renders only (gradings share the GPU, refinements add renders), and a
+    studio with several gpu workers starts them sooner."""
+    in_line = sa.and_(Video.state.in_(list(BEFORE_THE_GPU)), Batch.status == BatchStatus.running)
+    ranked = (
+        sa.select(Video.id, Video.batch_id, (sa.func.row_number().over(order_by=release_order()) - 1).label("before"))
+        .join(Batch, Batch.id == Video.batch_id)
+        .where(in_line)
+        .subquery()
+    )
+    mine = session.execute(sa.select(ranked.c.id, ranked.c.before).where(ranked.c.batch_id == batch_id)).all()
+    if not mine:
+        return {}
+    rendering = session.scalar(
+        sa.select(sa.func.count())
+        .select_from(Video)
+        .join(Batch, Batch.id == Video.batch_id)
+        .where(Video.state == RENDER_STATE, Batch.status == BatchStatus.running)
+    )
+    each = render_seconds(settings, session)
+    now = datetime.now(UTC)
+    found = {}
+    for video_id, before in mine:
+        ahead = (rendering or 0) + before
+        start = None if each is None else now + timedelta(seconds=ahead * each)
+        found[video_id] = Place(renders_ahead=ahead, estimated_start=start)
+    return found
+
+
+def batch_places(settings: Settings, batch_id: int) -> dict[int, Place]:
+    """`places` in a transaction of its own (the CLI's)."""
+    with session_scope(settings) as session:
+        return places(settings, session, batch_id)
 
 
 def waiting_on_recovery(settings: Settings) -> dict[int, str]:

@@ -48,9 +48,10 @@ def test_every_variable_names_one_setting_of_one_group_and_keeps_its_name():
     from mas.config import GROUPS, VARIABLES
 
     variables = [env for model in GROUPS.values() for env in (f.validation_alias for f in model.model_fields.values())]
-    # the grouping's 104 (with data_dir and user: 106, as before), and four added since: MAS_READY_CACHE_SECONDS,
-    # MAS_IDEMPOTENCY_KEY_HOURS, MAS_IDEMPOTENCY_BUSY_SECONDS, MAS_WEBHOOK_ALLOWED_HOSTS
-    assert len(variables) == len(set(variables)) == len(VARIABLES) == 108
+    # the grouping's 104 (with data_dir and user: 106, as before), and seven added since: MAS_READY_CACHE_SECONDS,
+    # MAS_IDEMPOTENCY_KEY_HOURS, MAS_IDEMPOTENCY_BUSY_SECONDS, MAS_WEBHOOK_ALLOWED_HOSTS and the quotas'
+    # MAS_QUOTA_VIDEOS_PER_DAY, MAS_QUOTA_VIDEOS_WAITING, MAS_QUOTA_BATCHES_AT_ONCE
+    assert len(variables) == len(set(variables)) == len(VARIABLES) == 111
     assert all(str(env).startswith("MAS_") and str(env).isupper() for env in variables)
     assert VARIABLES["llm_url"] == ("llm", "url") and VARIABLES["write_ahead"] == ("scheduling", "write_ahead")
     assert VARIABLES["max_render_seconds"] == ("gpu", "max_render_seconds")
@@ -66,6 +67,8 @@ def test_every_variable_names_one_setting_of_one_group_and_keeps_its_name():
         ("MAS_OFFLINE_AGENT_SECONDS", "0.5", lambda s: s.agents.offline_seconds),
         ("MAS_STORAGE_URL", "s3://videos/studio", lambda s: s.storage.url),
         ("MAS_COMFYUI_NODES", '{"prompt": "1.text", "seed": "2.seed", "output": "3"}', lambda s: s.comfyui.nodes),
+        ("MAS_QUOTA_VIDEOS_PER_DAY", "40", lambda s: s.quotas.videos_per_day),
+        ("MAS_QUOTA_BATCHES_AT_ONCE", "0", lambda s: s.quotas.batches_at_once),
     ],
 )
 def test_each_variable_reaches_its_groups_field(monkeypatch, tmp_path, variable, value, read):
@@ -124,7 +127,7 @@ def test_the_settings_shown_keep_the_names_they_had(monkeypatch, tmp_path):
     """`mas config` shows every setting by its variable's name without MAS_, as before the grouping."""
     monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
     shown = Settings().describe()
-    assert len(shown) == 110  # the 106 of the grouping, and four added since
+    assert len(shown) == 113  # the 106 of the grouping, and seven added since
     assert {"data_dir", "user", "llm_url", "write_ahead", "gpu_lookahead", "webhook_secret", "vae_tiling"} <= set(shown)
 
 
@@ -136,6 +139,7 @@ def test_the_settings_shown_keep_the_names_they_had(monkeypatch, tmp_path):
         ("MAS_WEBHOOK_TIMEOUT_SECONDS", "0"),
         ("MAS_DATABASE_URL", "mysql://x@y/z"),
         ("MAS_AB_PROPOSALS", "99"),
+        ("MAS_QUOTA_VIDEOS_WAITING", "-1"),
     ],
 )
 def test_a_bad_value_in_any_group_is_named_by_its_variable(monkeypatch, tmp_path, variable, value):
@@ -146,3 +150,22 @@ def test_a_bad_value_in_any_group_is_named_by_its_variable(monkeypatch, tmp_path
     monkeypatch.setenv(variable, value)
     with pytest.raises(InvalidSettings, match=f"invalid {variable}:"):
         load_settings()
+
+
+def test_quotas_are_unset_by_default_and_a_webhook_secret_has_one_rule_for_the_studio_and_its_users(
+    monkeypatch, tmp_path
+):
+    from mas.config import check_webhook_secret
+
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    quotas = Settings().quotas
+    assert (quotas.videos_per_day, quotas.videos_waiting, quotas.batches_at_once) == (None, None, None)
+    good = "whsec_" + "A" * 32  # the base64 of 24 bytes
+    assert check_webhook_secret(good) == good
+    for bad in ("whsec_short", "whsec_" + "A" * 31 + "!", "", "whsec_" + "A" * 28):
+        with pytest.raises(ValueError, match="a webhook secret must be whsec_") as refused:
+            check_webhook_secret(bad)
+        assert not bad or bad not in str(refused.value)  # the value is never repeated
+    monkeypatch.setenv("MAS_WEBHOOK_SECRET", "whsec_short")
+    with pytest.raises(ValidationError, match="MAS_WEBHOOK_SECRET must be whsec_"):
+        Settings()
