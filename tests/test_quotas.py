@@ -378,3 +378,20 @@ def test_a_batch_queued_behind_another_says_the_renders_ahead_and_when_each_may_
     assert where(first)[a[2]][1] is None  # a paused batch waits for `mas continue`, in no line
     assert where(second)[b[0]][1] == 2  # the herons only
     assert len(held) == 3
+
+
+def test_a_newcomers_place_in_line_follows_the_fair_share(clean, held):
+    """ben's one video, asked for after ana's five, is next in line (behind the one of hers already let
+    through), not behind all of hers."""
+    from mas.reports import queries
+
+    settings = clean.changed(write_ahead=1)
+    first = production.submit(settings.for_user("ana"), _request(5, "owls"))
+    a = _plan_by_hand(settings, first, [VideoState.waiting] * 5)
+    with session_scope(settings) as session:
+        assert [p.video_id for p, _ in pacing.release(settings, session)] == a[:1]
+    second = production.submit(settings.for_user("ben"), _request(1, "moths"))
+    (b,) = _plan_by_hand(settings, second, [VideoState.waiting])
+    assert queries.batch_places(settings, second)[b].renders_ahead == 1  # ana's a[0], being written
+    assert [queries.batch_places(settings, first)[v].renders_ahead for v in a] == [0, 2, 3, 4, 5]
+    assert len(held) == 2

@@ -69,8 +69,21 @@ def release(settings: Settings, session: Session) -> Released:
     return [(StepPayload(video_id=video_id, attempt=1), priority) for video_id, priority in taken]
 
 
-def _waiting_by_user(session: Session, room: int) -> dict[str, list[tuple[int, Priority]]]:
-    """Each user's first `room` waiting videos (oldest batch first), locked; users with the oldest work first."""
+def waiting_order(session: Session) -> list[int]:
+    """Every waiting video of a running batch, in the order `release` would let them through if nothing
+    changed meanwhile (nothing is locked or written: what `mas status` and the API show as a place in line)."""
+    waiting = _waiting_by_user(session, None)
+    if not waiting:
+        return []
+    passes = _passes(session, list(waiting))
+    shares = dict(session.execute(sa.select(User.name, User.gpu_share).where(User.name.in_(list(waiting)))).all())
+    room = sum(len(videos) for videos in waiting.values())
+    return [video_id for video_id, _ in take_turns(waiting, shares=shares, passes=passes, room=room)]
+
+
+def _waiting_by_user(session: Session, room: int | None) -> dict[str, list[tuple[int, Priority]]]:
+    """Each user's first `room` waiting videos (oldest batch first), locked when a room is given (every
+    one, unlocked, when not); users with the oldest work first."""
     turn = sa.func.row_number().over(partition_by=Batch.user_name, order_by=(Batch.id, Video.position, Video.id))
     ranked = (
         sa.select(Video.id, Batch.priority, Batch.user_name, Batch.id.label("batch_id"), turn.label("turn"))
@@ -78,11 +91,13 @@ def _waiting_by_user(session: Session, room: int) -> dict[str, list[tuple[int, P
         .where(Video.state == S.waiting, Batch.status == BatchStatus.running)
         .subquery()
     )
-    rows = session.execute(
-        sa.select(ranked.c.id, ranked.c.priority, ranked.c.user_name)
-        .where(ranked.c.turn <= room)
-        .order_by(ranked.c.batch_id, ranked.c.turn)
-    ).all()
+    stmt = sa.select(ranked.c.id, ranked.c.priority, ranked.c.user_name).order_by(ranked.c.batch_id, ranked.c.turn)
+    rows = session.execute(stmt if room is None else stmt.where(ranked.c.turn <= room)).all()
+    if room is None:
+        unlocked: dict[str, list[tuple[int, Priority]]] = {}
+        for video_id, priority, user in rows:
+            unlocked.setdefault(user, []).append((video_id, priority))
+        return unlocked
     locked = set(
         session.scalars(
             sa.select(Video.id)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import InstrumentedAttribute, Session, selectinload
+from sqlalchemy.orm import Session, selectinload
 
 from mas import names
 from mas.config import Settings
@@ -24,7 +24,7 @@ from mas.domain.steps import STEPS
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, AgentCall, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
-from mas.pipeline import leases
+from mas.pipeline import leases, pacing
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 
@@ -87,22 +87,6 @@ RECENT_RENDERS = 20
 """How many of the newest renders (of the configured video backend) the estimate takes the median of."""
 
 
-def release_order() -> tuple[sa.ColumnElement[Any] | InstrumentedAttribute[Any], ...]:
-    """The order in which videos on their way to the GPU reach it, as sort keys over `Video` joined to its `Batch`:
-    the one place "ahead" is defined, swapped when the pacing changes (a fair share between users would).
-
-    Today: high-priority work first (its videos are written at once and go to the urgent queues), then videos
-    already let through (being written) before those still waiting, then the oldest batch first and a batch's
-    videos in order, as `mas.pipeline.pacing.release` lets them through."""
-    return (
-        sa.case((Batch.priority == "high", 0), else_=1),
-        sa.case((Video.state == VideoState.waiting, 1), else_=0),
-        Batch.id,
-        Video.position,
-        Video.id,
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class Place:
     """Where a video waiting for its render stands: the renders ahead of it and when its own may start."""
@@ -143,35 +127,36 @@ def render_seconds(settings: Settings, session: Session) -> float | None:
 
 def places(settings: Settings, session: Session, batch_id: int) -> dict[int, Place]:
     """Each of the batch's videos on its way to the GPU (not yet rendering), by id: the renders ahead of it
-    (every video of a running batch whose render is due or running, and those before it in `release_order`)
     and an estimated start (now + renders ahead x the median measured render, one render at a time).
 
-    Only a running batch's videos wait in line (a paused batch's wait for `mas continue`). An estimate: it
-    reflects the order today, counts renders only (gradings share the GPU, refinements add renders), and a
-    studio with several gpu workers starts them sooner."""
-    in_line = sa.and_(Video.state.in_(list(BEFORE_THE_GPU)), Batch.status == BatchStatus.running)
-    ranked = (
-        sa.select(Video.id, Video.batch_id, (sa.func.row_number().over(order_by=release_order()) - 1).label("before"))
+    Ahead of a video: every render due or running, then the videos already let through to be written (high
+    priority first, then oldest batch first), then the waiting videos the fair queue lets through before it
+    (`mas.pipeline.pacing.waiting_order`: by each user's share). Only a running batch's videos wait in line (a
+    paused batch's wait for `mas continue`). An estimate: it counts renders only (gradings share the GPU,
+    refinements add renders), it assumes nobody else asks for work meanwhile, and a studio with several gpu
+    workers starts them sooner."""
+    running = Batch.status == BatchStatus.running
+    written = session.execute(
+        sa.select(Video.id, Video.batch_id)
         .join(Batch, Batch.id == Video.batch_id)
-        .where(in_line)
-        .subquery()
-    )
-    mine = session.execute(sa.select(ranked.c.id, ranked.c.before).where(ranked.c.batch_id == batch_id)).all()
-    if not mine:
+        .where(Video.state.in_(list(BEFORE_THE_GPU - {VideoState.waiting})), running)
+        .order_by(sa.case((Batch.priority == "high", 0), else_=1), Batch.id, Video.position, Video.id)
+    ).all()
+    line = [video_id for video_id, _ in written] + pacing.waiting_order(session)
+    mine = set(session.scalars(sa.select(Video.id).where(Video.batch_id == batch_id)))
+    if not mine & set(line):
         return {}
     rendering = session.scalar(
-        sa.select(sa.func.count())
-        .select_from(Video)
-        .join(Batch, Batch.id == Video.batch_id)
-        .where(Video.state == RENDER_STATE, Batch.status == BatchStatus.running)
+        sa.select(sa.func.count()).select_from(Video).join(Batch).where(Video.state == RENDER_STATE, running)
     )
     each = render_seconds(settings, session)
     now = datetime.now(UTC)
     found = {}
-    for video_id, before in mine:
-        ahead = (rendering or 0) + before
-        start = None if each is None else now + timedelta(seconds=ahead * each)
-        found[video_id] = Place(renders_ahead=ahead, estimated_start=start)
+    for before, video_id in enumerate(line):
+        if video_id in mine:
+            ahead = (rendering or 0) + before
+            start = None if each is None else now + timedelta(seconds=ahead * each)
+            found[video_id] = Place(renders_ahead=ahead, estimated_start=start)
     return found
 
 
