@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mas import urls
 from mas.errors import InvalidInput
 from mas.grades import Grade
 from mas.redaction import redact_url
@@ -123,7 +124,9 @@ class DatabaseSettings(Group):
     url: str | None = Field(
         validation_alias="MAS_DATABASE_URL",
         default=None,
-        description="PostgreSQL (with pgvector) URL. Unset: an embedded PostgreSQL under DATA_DIR.",
+        description="PostgreSQL (with pgvector) URL. Unset: an embedded PostgreSQL under DATA_DIR. A primary and "
+        "its standbys as libpq names them: postgresql://user:pw@h1:5432,h2:5432/db (the studio connects to "
+        "whichever is the primary now: target_session_attrs=read-write unless the URL sets it).",
     )
     keepalive_seconds: int = Field(
         validation_alias="MAS_DATABASE_KEEPALIVE_SECONDS",
@@ -139,10 +142,15 @@ class DatabaseSettings(Group):
     def _check_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        parts = _split(value)
-        if parts.scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
-            raise ValueError(f"MAS_DATABASE_URL must be a postgresql:// URL, got scheme {parts.scheme!r}")
-        if not (parts.hostname or "host=" in parts.query):
+        scheme = urls.scheme(value) if "://" in value else ""
+        if scheme not in urls.POSTGRES_SCHEMES:
+            raise ValueError(f"MAS_DATABASE_URL must be a postgresql:// URL, got scheme {scheme!r}")
+        try:
+            servers = urls.database_servers(value)
+            urls.sqlalchemy_database_url(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot read MAS_DATABASE_URL {redact_url(value)!r}: {exc}") from None
+        if not (servers or "host=" in value.partition("?")[2]):
             raise ValueError("MAS_DATABASE_URL names no host")
         return value
 
@@ -153,12 +161,25 @@ class BrokerSettings(Group):
     url: str | None = Field(
         validation_alias="MAS_BROKER_URL",
         default=None,
-        description="Redis broker URL. Unset: an embedded Redis on a unix socket.",
+        description="Redis broker URL. Unset: an embedded Redis on a unix socket. Redis Sentinel: "
+        "sentinel://:pw@h1:26379;sentinel://:pw@h2:26379;sentinel://:pw@h3:26379 (pw: the Redis servers' "
+        "password) with MAS_REDIS_SENTINEL_MASTER.",
     )
     result_backend: str | None = Field(
         validation_alias="MAS_RESULT_BACKEND",
         default=None,
-        description="Celery result backend URL (default: the broker).",
+        description="Celery result backend URL (default: the broker); a Sentinel list as MAS_BROKER_URL takes it.",
+    )
+    sentinel_master: str | None = Field(
+        validation_alias="MAS_REDIS_SENTINEL_MASTER",
+        default=None,
+        description="The name the Sentinels know the studio's Redis master by (`sentinel monitor NAME ...`); "
+        "needed with sentinel:// URLs.",
+    )
+    sentinel_password: SecretStr | None = Field(
+        validation_alias="MAS_REDIS_SENTINEL_PASSWORD",
+        default=None,
+        description="The Sentinels' own password (their requirepass), when they have one.",
     )
     visibility_timeout_seconds: int = Field(
         validation_alias="MAS_VISIBILITY_TIMEOUT_SECONDS",
@@ -172,12 +193,26 @@ class BrokerSettings(Group):
     def _check_redis_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
+        if urls.is_sentinel(value):
+            try:
+                urls.sentinels(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot read the Sentinel list {redact_url(value)!r}: {exc}") from None
+            return value
         parts = _split(value)
         if parts.scheme not in ("redis", "rediss", "redis+socket", "socket"):
-            raise ValueError(f"expected a redis:// URL, got scheme {parts.scheme!r}")
+            raise ValueError(f"expected a redis:// or sentinel:// URL, got scheme {parts.scheme!r}")
         if parts.scheme.startswith("redis") and parts.scheme != "redis+socket" and not parts.hostname:
             raise ValueError("the redis URL names no host")
         return value
+
+    @model_validator(mode="after")
+    def _check_sentinel(self) -> BrokerSettings:
+        if (urls.is_sentinel(self.url) or urls.is_sentinel(self.result_backend)) and not self.sentinel_master:
+            raise ValueError(
+                "a sentinel:// URL needs MAS_REDIS_SENTINEL_MASTER: the name the Sentinels monitor the master by"
+            )
+        return self
 
 
 class StorageSettings(Group):
@@ -1155,8 +1190,7 @@ class Settings(BaseSettings):
             if isinstance(value, SecretStr):
                 found.append(value.get_secret_value())
             elif isinstance(value, str) and "://" in value and "@" in value:
-                userinfo = value.split("://", 1)[1].rsplit("@", 1)[0]
-                found.append(userinfo.partition(":")[2] or userinfo)
+                found.extend(urls.passwords(value))
         return [secret for secret in found if secret]
 
     def describe(self) -> dict[str, str]:

@@ -16,15 +16,13 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.orm import Session, sessionmaker
 
-from mas import locks, names
+from mas import locks, names, urls
 from mas.config import Settings
-from mas.errors import InvalidSettings, PeerUnavailable
-from mas.runtime import services
+from mas.errors import InvalidSettings
+from mas.runtime import failover, services
+from mas.runtime.failover import DatabaseAway as DatabaseAway  # re-exported: the studio's database errors
+from mas.runtime.failover import DatabaseUnavailable as DatabaseUnavailable
 from mas.singletons import per_process
-
-
-class DatabaseUnavailable(PeerUnavailable):
-    """PostgreSQL could not be reached; the message says which URL and what to do."""
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
@@ -58,21 +56,36 @@ def keepalive_options(seconds: int) -> dict:
 @per_process(key=lambda url, keepalive_s: (url, keepalive_s))
 def _engine(url: str, keepalive_s: int) -> sa.Engine:
     # LIFO: one process doing one thing at a time keeps reusing one warm connection (its prepared
-    # statements and plans included) instead of rotating through the pool.
-    return sa.create_engine(
-        url,
-        pool_pre_ping=True,
-        pool_size=5,
-        max_overflow=5,
-        pool_use_lifo=True,
-        connect_args={"connect_timeout": 5, **keepalive_options(keepalive_s)},
+    # statements and plans included) instead of rotating through the pool. An error that a restart or a
+    # failover causes drops the connection and empties the pool, and is raised as `DatabaseAway`
+    # (`mas.runtime.failover`); the URL names every server, so the engine outlives a failover.
+    return failover.watch(
+        sa.create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=5,
+            max_overflow=5,
+            pool_use_lifo=True,
+            connect_args={"connect_timeout": 5, **keepalive_options(keepalive_s)},
+        )
     )
 
 
 def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
     """The engine for this settings' database (embedded server started if `start`), one per process and
-    address: the embedded server's address is asked each time, as a restart may move it."""
+    address: the embedded server's address is asked each time, as a restart may move it. A configured URL may
+    name a primary and its standbys (`mas.urls`): the engine's connections go to whichever is the primary."""
     return _engine(services.database_url(settings, start=start), settings.database.keepalive_seconds)
+
+
+def primary(settings: Settings) -> str | None:
+    """`host:port` of the server this process's connections reach now, when the database URL names several (a
+    primary and its standbys: the primary); None for one server."""
+    if len(urls.database_servers(settings.database.url or "")) < 2:
+        return None
+    with engine(settings, start=False).connect() as conn:
+        info = conn.connection.dbapi_connection.info  # type: ignore[union-attr]
+        return str(urls.Server(info.host, info.port))
 
 
 def check_connection(eng: sa.Engine) -> None:

@@ -2,7 +2,8 @@
 reasons, the gallery.
 
 One helper for every URL and secret. It hides a password in a URL's user-info part (whatever characters
-the password holds: everything up to the last `@` of the URL counts as user-info), the values of query
+the password holds: everything up to the last `@` of the URL counts as user-info; in a list of URLs such as
+`sentinel://:pw@h1;sentinel://:pw@h2`, of each), the values of query
 parameters that carry credentials (`password=`, `token=`, `api_key=` ...), user-info that is a bare token
 (`https://TOKEN@host`), and, in free text, every URL found in it and every known secret value. It never
 parses a URL in a way that can fail: a URL that does not parse is redacted the same way.
@@ -20,6 +21,8 @@ SECRET_PARAMS = re.compile(
     r"(?i)password|passwd|secret|token|api[_-]?key|signature|credential|^pwd$|^pass$|^key$|^auth|^sig$|^session"
 )
 URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s'\"<>]+)")
+NEXT_URL = re.compile(r"(?i);(?=[a-z][a-z0-9+.-]*://)")
+"""Where one URL of a list ends and the next begins (`sentinel://...;sentinel://...`)."""
 
 
 def redact_url(url: str | None) -> str | None:
@@ -32,6 +35,9 @@ def redact_url(url: str | None) -> str | None:
 
 
 def _redact_rest(rest: str) -> str:
+    first, *others = NEXT_URL.split(rest)
+    if others:  # a list of URLs: each redacted alone, so every server stays named and every password hidden
+        return ";".join([_redact_rest(first), *(redact_url(url) or "" for url in others)])
     at = rest.rfind("@")
     if at >= 0:
         userinfo, rest = rest[:at], rest[at + 1 :]

@@ -462,12 +462,15 @@ class RedisServer:
         address: str = "127.0.0.1",
         executable: str = REDIS_SERVER,
         start_timeout: float = 15,
+        password: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.directory = Path(directory).resolve()
         self.address = address
         self.executable = executable
         self.start_timeout = start_timeout
-        self.password = secrets.token_hex(16)
+        self.password = password or secrets.token_hex(16)
+        self.extra_args = tuple(extra_args)  # say `--replicaof HOST PORT` (tests/replicas.py)
         self.port = 0
         self.log = self.directory / "redis.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -520,6 +523,7 @@ class RedisServer:
             self.executable, "--bind", self.address, "--port", str(self.port), "--requirepass", self.password,
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction",
             "--dir", str(self.directory), "--daemonize", "no", "--protected-mode", "no", "--loglevel", "notice",
+            *self.extra_args,
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
@@ -690,6 +694,8 @@ class PostgresServer:
             "host all all 127.0.0.1/32 scram-sha-256\n"
             "host all all ::1/128 scram-sha-256\n"
             "host all all 10.0.0.0/8 scram-sha-256\n"
+            "host replication all 127.0.0.1/32 scram-sha-256\n"  # a standby's (tests/replicas.py)
+            "host replication all 10.0.0.0/8 scram-sha-256\n"
         )
 
     def _connect(self, url: str, timeout: float = 2) -> Any:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import redis
@@ -36,52 +36,75 @@ log = logging.getLogger(__name__)
 Check = Callable[[Settings], str | None]
 """A check: None when it passes, else what is wrong in words; an exception says the service failed."""
 
+Locate = Callable[[Settings], str | None]
+"""Where a service of several servers leads now (`host:port`); None for a service of one server."""
+
 
 def healthz(request: Request) -> JSONResponse:  # noqa: ARG001
     return JSONResponse({"status": "ok"})
 
 
 def readyz(request: Request) -> JSONResponse:
-    """200 when every check passes, else 503; each check's answer either way."""
+    """200 when every check passes, else 503; each check's answer either way, and, for a service of several
+    servers (a primary and its standbys, Sentinel-watched Redis), which one leads now."""
     readiness: Readiness = request.app.state.readiness
-    results = readiness.answer()
-    ready = all(result == OK for result in results.values())
-    return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
+    answer = readiness.latest()
+    ready = all(result == OK for result in answer.checks.values())
+    body: dict[str, object] = {"ready": ready, "checks": answer.checks}
+    if answer.primaries:
+        body["primaries"] = answer.primaries
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 @dataclass(frozen=True)
 class Answer:
     checks: dict[str, str]
     at: float  # the clock when the checks ended
+    primaries: dict[str, str] = field(default_factory=dict)  # service -> `host:port` of its leading server now
 
 
 class Readiness:
     """The checks' answer, run at most once per MAS_READY_CACHE_SECONDS and by one request at a time."""
 
     def __init__(
-        self, settings: Settings, checks: Mapping[str, Check] | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: Settings,
+        checks: Mapping[str, Check] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        primaries: Mapping[str, Locate] | None = None,
     ) -> None:
         self.settings, self.clock = settings, clock
         self.checks = dict(CHECKS if checks is None else checks)
+        self.locators = dict((PRIMARIES if checks is None else {}) if primaries is None else primaries)
         self._refreshing = threading.Lock()
         self._last: Answer | None = None
 
     def answer(self) -> dict[str, str]:
+        return self.latest().checks
+
+    def latest(self) -> Answer:
         last = self._last
         if last is not None and self._fresh(last):
-            return last.checks
+            return last
         if not self._refreshing.acquire(blocking=last is None):  # with none yet, wait for the first
             assert last is not None
-            return last.checks  # another request is refreshing: the last answer meanwhile
+            return last  # another request is refreshing: the last answer meanwhile
         try:
             last = self._last
             if last is None or not self._fresh(last):
-                last = self._last = Answer(
-                    {name: self._run(name, check) for name, check in self.checks.items()}, self.clock()
-                )
-            return last.checks
+                checks = {name: self._run(name, check) for name, check in self.checks.items()}
+                primaries = {name: where for name, locate in self.locators.items() if (where := self._locate(locate))}
+                last = self._last = Answer(checks, self.clock(), primaries)
+            return last
         finally:
             self._refreshing.release()
+
+    def _locate(self, locate: Locate) -> str | None:
+        try:
+            return locate(self.settings)
+        except Exception as exc:  # the service's check says it is away; where it leads is then unknown
+            log.info("readyz: cannot tell which server leads: %s", redact_text(str(exc), self.settings.secret_values()))
+            return None
 
     def _fresh(self, answer: Answer) -> bool:
         return self.clock() - answer.at < self.settings.service.ready_cache_seconds
@@ -162,6 +185,21 @@ def _agents(settings: Settings) -> str | None:
         httpx.get(f"{settings.letta.url.rstrip('/')}/v1/health/", timeout=TIMEOUT_S).raise_for_status()
     return None
 
+
+def _database_primary(settings: Settings) -> str | None:
+    from mas import db
+
+    return db.primary(settings)
+
+
+def _redis_master(settings: Settings) -> str | None:
+    from mas.runtime.clients import redis_master
+
+    return redis_master(settings)
+
+
+PRIMARIES: dict[str, Locate] = {"postgres": _database_primary, "redis": _redis_master}
+"""Which server leads, for the services that name several (their addresses are the operator's own settings)."""
 
 CHECKS: dict[str, Check] = {
     "postgres": _postgres,

@@ -73,9 +73,14 @@ def services_command(settings: Settings) -> None:
 
 
 def _print_services(settings: Settings) -> None:
+    infos = services.describe(settings)
+    led = any(info.primary for info in infos)  # several servers: which one leads now
     table = Table("service", "mode", "running", Column("url", overflow="fold"), "pid", Column("data", overflow="fold"))
-    for info in services.describe(settings):
-        table.add_row(info.name, info.mode, "yes" if info.running else "no", info.url, str(info.pid or ""), info.data)
+    if led:
+        table.add_column("primary now")
+    for info in infos:
+        row = [info.name, info.mode, "yes" if info.running else "no", info.url, str(info.pid or ""), info.data]
+        table.add_row(*row, *([info.primary] if led else []))
     console.print(table)
 
 

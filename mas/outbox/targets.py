@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from mas import urls as service_urls
 from mas.config import Settings
 from mas.errors import PermanentError, RetryableError, StudioError
 
@@ -117,15 +118,8 @@ def service_hosts(settings: Settings) -> set[str]:
         settings.letta.url,
         settings.storage.s3_endpoint_url,
     )
-    hosts = set()
-    for url in urls:
-        try:
-            host = urlsplit(url).hostname if url else None
-        except ValueError:
-            host = None
-        if host:
-            hosts.add(_name(host))
-    return hosts
+    # every server of a primary and its standbys, every Sentinel of a list (`mas.urls`)
+    return {_name(host) for url in urls for host in service_urls.service_hosts(url)}
 
 
 def check_url(url: str, rules: Rules, resolver: Resolver = socket.getaddrinfo) -> Target:

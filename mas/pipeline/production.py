@@ -26,6 +26,7 @@ from mas.names import Priority
 from mas.outbox import targets
 from mas.pipeline import quotas
 from mas.redaction import redact_url
+from mas.runtime import clients
 from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client
 
@@ -96,7 +97,7 @@ def check_broker(settings: Settings) -> None:
             client = (
                 redis_client(settings)
                 if url == settings.effective_broker_url
-                else redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+                else clients.connect(settings, url, socket_connect_timeout=5, socket_timeout=5)
             )
             client.ping()
         except (redis.RedisError, OSError, ValueError) as exc:

@@ -21,7 +21,6 @@ from celery.signals import after_setup_logger, after_setup_task_logger
 from celery.utils.time import get_exponential_backoff_interval
 from kombu import Exchange, Queue
 from kombu.transport.redis import PRIORITY_STEPS
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from mas import names
 from mas.config import Settings
@@ -29,16 +28,17 @@ from mas.domain.steps import NEW, STEPS, Step
 from mas.errors import PeerUnavailable, PermanentError, RetryableError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.redaction import redact_logs
+from mas.runtime import failover
 from mas.runtime.broker import use_studio_transport
-from mas.runtime.clients import redis_client
+from mas.runtime.clients import redis_client, sentinel_options
 from mas.runtime.queue_order import StickyCycle
 from mas.runtime.threads import use_studio_pool
 from mas.singletons import per_process
 
 log = logging.getLogger(__name__)
 
-DATABASE_AWAY = (OperationalError, InterfaceError)
-"""PostgreSQL unreachable, restarting or still starting up (SQLAlchemy's wrappers of the driver's errors)."""
+DATABASE_AWAY = failover.DATABASE_AWAY
+"""PostgreSQL unreachable, restarting, still starting up or failing over (`mas.runtime.failover`)."""
 
 CPU_TASK_TIME_LIMIT = 600  # seconds; an agent step that runs longer is killed and retried
 
@@ -143,7 +143,7 @@ class AgentTask(StudioTask):
     batch waits and resumes when it returns. Limits are read from the app's settings when the task runs."""
 
     autoretry_for = (RetryableError,)
-    dont_autoretry_for = (PeerUnavailable,)
+    dont_autoretry_for = (PeerUnavailable, *DATABASE_AWAY)  # waited for by `StudioTask.__call__`
     waits_for_peers = True
     retry_backoff = 2
     retry_jitter = True
@@ -254,8 +254,12 @@ def celery_config(settings: Settings) -> dict:
     return dict(
         broker_url=settings.effective_broker_url,
         result_backend=settings.effective_result_backend,
-        broker_transport_options=broker_transport,
-        result_backend_transport_options=transport,
+        # a Sentinel list: the master's name and how to log in to the Sentinels (`mas.runtime.clients`)
+        broker_transport_options={**broker_transport, **sentinel_options(settings, settings.effective_broker_url)},
+        result_backend_transport_options={
+            **transport,
+            **sentinel_options(settings, settings.effective_result_backend),
+        },
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,  # a worker waits for its broker however long it is away
         task_publish_retry_policy=PUBLISH_RETRY_POLICY,

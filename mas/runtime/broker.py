@@ -14,22 +14,35 @@ import redis
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 
-ALIASES = ("redis", "rediss")
+ALIASES = {"redis": "Transport", "rediss": "Transport", "sentinel": "SentinelTransport"}
 
 
-class Channel(kombu_redis.Channel):
+class _ReconnectsAfterClose:
     def _connparams(self, asynchronous: bool = False) -> dict:
-        if self.connection.client is None:
+        if self.connection.client is None:  # type: ignore[attr-defined]
             raise redis.ConnectionError("the broker connection was closed; reconnecting")
-        return super()._connparams(asynchronous)
+        return super()._connparams(asynchronous)  # type: ignore[misc]
+
+
+class Channel(_ReconnectsAfterClose, kombu_redis.Channel):
+    pass
 
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(_ReconnectsAfterClose, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel (each new connection goes to the master the Sentinels name then), with the fault
+    above survived too."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel
+
+
 def use_studio_transport() -> None:
-    """Make the `redis://`, `rediss://` and `redis+socket://` broker URLs use this transport (kombu resolves a
-    URL's scheme through its alias table)."""
-    for alias in ALIASES:
-        TRANSPORT_ALIASES[alias] = f"{__name__}:Transport"
+    """Make the `redis://`, `rediss://`, `redis+socket://` and `sentinel://` broker URLs use these transports
+    (kombu resolves a URL's scheme through its alias table)."""
+    for alias, transport in ALIASES.items():
+        TRANSPORT_ALIASES[alias] = f"{__name__}:{transport}"

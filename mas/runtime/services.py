@@ -1,21 +1,23 @@
 """Which PostgreSQL and Redis the studio uses, and bringing them up: embedded by default, or configured.
 
 With `MAS_DATABASE_URL` / `MAS_BROKER_URL` set nothing is started and `up` only checks that the configured
-servers answer; otherwise the embedded servers of `mas.runtime.embedded` are started (or found running) under the
-data folder. The runtime clients that workers use are in `mas.runtime.clients`.
+servers answer (of a primary and its standbys, or of Sentinel-watched Redis servers, the one that leads now,
+which `describe` names); otherwise the embedded servers of `mas.runtime.embedded` are started (or found
+running) under the data folder. The runtime clients that workers use are in `mas.runtime.clients`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from mas import urls
 from mas.config import Settings
 from mas.redaction import redact_url
+from mas.runtime.clients import connect
 from mas.runtime.embedded.common import ServiceError, first_line
 from mas.runtime.embedded.postgres import postmaster, sqlalchemy_url, start_postgres, stop_postgres
 from mas.runtime.embedded.redis import redis_ping, redis_process, redis_workdir, start_redis, stop_redis
@@ -42,12 +44,13 @@ class ServiceInfo:
     running: bool
     pid: int | None = None
     data: str = ""
+    primary: str = ""  # of several servers (a primary and standbys, a Sentinel-watched master), which one leads now
 
 
 def database_url(settings: Settings, *, start: bool = True) -> str:
     """The URL to reach PostgreSQL: the configured one, or the embedded server's (started if needed)."""
     if settings.database.url:
-        return sqlalchemy_url(settings.database.url)
+        return urls.sqlalchemy_database_url(settings.database.url)
     running = postmaster(settings)
     if running is not None and running.status == "ready":
         return sqlalchemy_url(running.get_uri())
@@ -56,47 +59,48 @@ def database_url(settings: Settings, *, start: bool = True) -> str:
     return start_postgres(settings)
 
 
-def _external_postgres_error(settings: Settings) -> str | None:
-    """None when the configured PostgreSQL answers, else why not (one line)."""
+def _external_postgres(settings: Settings) -> tuple[str, str | None]:
+    """(`host:port` of the configured PostgreSQL's primary, None) when it answers, else ("", why not): of
+    several servers, the one that takes writes now."""
     import psycopg
 
-    url = (settings.database.url or "").replace("postgresql+psycopg://", "postgresql://", 1)
     try:
-        with psycopg.connect(url, connect_timeout=5):
-            return None
+        url = urls.libpq_database_url(settings.database.url or "")
+        with psycopg.connect(url, connect_timeout=5, target_session_attrs="read-write") as conn:
+            return str(urls.Server(conn.info.host, conn.info.port)), None
     except (psycopg.Error, ValueError) as exc:
-        return first_line(exc)
+        return "", first_line(exc)
 
 
-def _external_postgres_ok(settings: Settings) -> bool:
-    return _external_postgres_error(settings) is None
+def _external_postgres_error(settings: Settings) -> str | None:
+    """None when the configured PostgreSQL answers, else why not (one line)."""
+    return _external_postgres(settings)[1]
 
 
-def _external_redis(url: str, timeout: float = 5) -> redis.Redis:
-    parts = urlsplit(url)
-    if parts.scheme in ("redis+socket", "socket"):
-        return redis.Redis(
-            unix_socket_path=parts.path,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-        )
-    return redis.Redis.from_url(
-        url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
-    )
+def _external_redis(settings: Settings, url: str, timeout: float = 5) -> redis.Redis:
+    """A client that tries once: a check, not a worker's client (`mas.runtime.clients.redis_client`)."""
+    return connect(settings, url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
+
+
+def _external_redis_state(settings: Settings) -> tuple[str, str | None]:
+    """(the master's `host:port` when Sentinels name it, else "", None) when the configured Redis answers, else
+    ("", why not) in one line."""
+    try:
+        client = _external_redis(settings, settings.broker.url or "")
+        try:
+            client.ping()
+            pool = client.connection_pool
+            master = pool.get_master_address() if hasattr(pool, "get_master_address") else None
+        finally:
+            client.close()
+        return (str(urls.Server(master[0], int(master[1]))) if master else ""), None
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return "", first_line(exc)
 
 
 def _external_redis_error(settings: Settings) -> str | None:
     """None when the configured Redis answers, else why not (one line)."""
-    try:
-        client = _external_redis(settings.broker.url or "")
-        try:
-            client.ping()
-        finally:
-            client.close()
-        return None
-    except (redis.RedisError, OSError, ValueError) as exc:
-        return first_line(exc)
+    return _external_redis_state(settings)[1]
 
 
 def up(settings: Settings) -> None:
@@ -140,12 +144,14 @@ def describe(settings: Settings) -> list[ServiceInfo]:
             )
         )
     else:
+        primary, why = _external_postgres(settings)
         infos.append(
             ServiceInfo(
                 name="postgres",
                 mode="external",
                 url=redact_url(settings.database.url) or "",
-                running=_external_postgres_ok(settings),
+                running=why is None,
+                primary=primary if len(urls.database_servers(settings.database.url or "")) > 1 else "",
             )
         )
     if settings.embedded_broker:
@@ -161,12 +167,14 @@ def describe(settings: Settings) -> list[ServiceInfo]:
             )
         )
     else:
+        master, why = _external_redis_state(settings)
         infos.append(
             ServiceInfo(
                 name="redis",
                 mode="external",
                 url=redact_url(settings.broker.url) or "",
-                running=_external_redis_error(settings) is None,
+                running=why is None,
+                primary=master,
             )
         )
     return infos

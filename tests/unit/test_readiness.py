@@ -84,3 +84,27 @@ def test_a_failing_check_logs_its_exception_redacted_and_answers_in_words(tmp_pa
     with caplog.at_level("WARNING", logger="mas.api.health"):
         assert readiness.answer() == {"agent_endpoint": "not reachable"}
     assert "ConnectError" in caplog.text and "Errno 111" in caplog.text and "hunter2" not in caplog.text
+
+
+def test_readyz_names_the_server_that_leads_where_there_are_several(tmp_path):
+    """A primary and its standbys, or Sentinel-watched Redis: /readyz says which one leads now; a service of one
+    server, or one whose leader cannot be asked, is not named."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from mas.api.health import readyz
+
+    def unknown(settings: Settings) -> str | None:  # noqa: ARG001
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    app = Starlette(routes=[Route("/readyz", readyz)])
+    app.state.readiness = Readiness(
+        Settings(data_dir=tmp_path),
+        {"postgres": lambda _: None},
+        primaries={"postgres": lambda _: "db-b.example:5432", "redis": lambda _: None, "other": unknown},
+    )
+    body = TestClient(app).get("/readyz").json()
+    assert body == {"ready": True, "checks": {"postgres": OK}, "primaries": {"postgres": "db-b.example:5432"}}
+    app.state.readiness = Readiness(Settings(data_dir=tmp_path), {"postgres": lambda _: None})
+    assert "primaries" not in TestClient(app).get("/readyz").json()  # checks of its own: nothing to locate

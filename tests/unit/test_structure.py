@@ -93,7 +93,7 @@ def test_core_never_imports_tasks_or_gpu():
     assert not wrong, sorted(wrong)
 
 
-BASE = {f"mas.{name}" for name in ("config", "errors", "names", "locks", "singletons", "text", "redaction", "palette", "grades")}
+BASE = {f"mas.{name}" for name in ("config", "errors", "names", "locks", "singletons", "text", "redaction", "palette", "grades", "urls")}
 
 LAYERS: tuple[tuple[str, set[str]], ...] = (
     ("base", BASE),
