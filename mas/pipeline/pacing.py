@@ -21,6 +21,7 @@ from mas.config import Settings
 from mas.domain.steps import AHEAD_OF_THE_GPU, StepPayload
 from mas.models import Batch, BatchStatus, Video, VideoState
 from mas.names import Priority
+from mas.outbox import eventlog
 
 S = VideoState
 
@@ -65,4 +66,5 @@ def release(settings: Settings, session: Session) -> Released:
         .where(Video.id.in_([video_id for video_id, _ in rows]), Video.state == S.waiting)
         .values(state=S.writing, updated_at=sa.func.now())
     )
+    eventlog.moved_all(session, [video_id for video_id, _ in rows], S.waiting, S.writing)
     return [(StepPayload(video_id=video_id, attempt=1), priority) for video_id, priority in rows]

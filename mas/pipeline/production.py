@@ -22,7 +22,7 @@ from mas.domain.steps import STARTS
 from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule
 from mas.names import Priority
-from mas.outbox import targets
+from mas.outbox import eventlog, targets
 from mas.redaction import redact_url
 from mas.runtime.app import app_for, queue_of
 from mas.runtime.clients import redis_client
@@ -77,6 +77,7 @@ def new_batch(
     )
     session.add(batch)
     session.flush()
+    eventlog.batch_changed(session, "batch.created", batch, kind=batch.kind, total=batch.total)
     return batch
 
 
