@@ -40,6 +40,9 @@ def schedule(settings: Settings) -> dict:
         # The JSON API's Idempotency-Keys older than MAS_IDEMPOTENCY_KEY_HOURS count as never used; this hourly
         # run deletes them (one DELETE), so the table holds about a day of keys.
         "expire-idempotency-keys": {"task": names.EXPIRE_IDEMPOTENCY_KEYS, "schedule": crontab(minute=45)},
+        # The event log (what the API's event streams follow) keeps MAS_EVENT_RETENTION_DAYS of events; this hourly
+        # run deletes older ones (one DELETE), so a stream can resume after anything shorter than that.
+        "expire-events": {"task": names.EXPIRE_EVENTS, "schedule": crontab(minute=50)},
         # The Tuner retrains the preference adapter on the user's A/B choices every night (on the gpu queue);
         # with too few new pairs it says so and trains nothing.
         "nightly-dpo-retraining": {"task": names.TUNE, "schedule": crontab(hour=3, minute=15)},

@@ -1,8 +1,9 @@
-"""A render's progress for people watching (Flower, `mas status`), published off the render's path.
+"""A render's progress for people watching, published off the render's path.
 
 The render calls `publish` from its denoising loop or its websocket listener; a thread sends the latest
-value to the result backend. A backend that is away (Redis restarting) delays or skips updates, never the
-render: the GPU does not wait on the broker.
+value to the result backend (the task's PROGRESS state: Flower, `mas status`) and on the batch user's progress
+channel (`mas.outbox.progress`: the API's event streams, the gallery's pages). A Redis that is away (restarting)
+delays or skips updates, never the render: the GPU does not wait on the broker.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 
+from mas.outbox import progress
 from mas.pipeline.runner import StepRun
 
 log = logging.getLogger(__name__)
 
 
 class ProgressPublisher:
-    def __init__(self, run: StepRun) -> None:
+    def __init__(self, run: StepRun, *, batch_id: int) -> None:
         self.run = run
+        self.batch_id = batch_id
         self.task_id = run.task.request.id  # the request is the running thread's: read it here, not in ours
         self._latest: tuple[int, int] | None = None
         self._changed = threading.Condition()
@@ -49,3 +52,16 @@ class ProgressPublisher:
                 self.run.task.update_state(task_id=self.task_id, state="PROGRESS", meta=meta)
             except Exception as exc:  # the render goes on; the next update may get through
                 log.warning("progress of %s not published: %s", self.run.describe(), exc)
+            try:
+                progress.publish(
+                    self.run.settings,
+                    user=self.run.settings.user,
+                    batch_id=self.batch_id,
+                    video_id=self.run.video_id,
+                    attempt=self.run.attempt,
+                    step=self.run.step.name,
+                    done=done,
+                    total=total,
+                )
+            except Exception as exc:  # the same: nobody watching live is worth a render
+                log.warning("progress of %s not published live: %s", self.run.describe(), exc)

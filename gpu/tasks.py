@@ -125,6 +125,7 @@ class RenderJob:
     render_id: str
     key: str
     """The attempt's file in the storage (`mas.storage.video_key`): a name we choose."""
+    batch_id: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +148,7 @@ class Render:
             seed=row.seed,
             render_id=row.render_id,
             key=video_key(batch_id=video.batch_id, video_id=video.id, attempt=run.attempt),
+            batch_id=video.batch_id,
         )
 
     def work(self, run: StepRun, job: RenderJob) -> Rendered:
@@ -156,7 +158,7 @@ class Render:
         scratch = target.with_name(f"{target.stem}.{run.lease.key}.partial.mp4")  # unique per run: never shared
         backend = video_backend(settings)
         cancelled = _stop_when_cancelled(settings, run.video_id)
-        progress = ProgressPublisher(run)
+        progress = ProgressPublisher(run, batch_id=job.batch_id)
         what = f"render of video {run.video_id} attempt {run.attempt}"
         started = time.monotonic()
         turn: Turn | None = None

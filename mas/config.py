@@ -732,6 +732,38 @@ class ServiceSettings(Group):
         le=100_000,
         description="Most videos one request may ask for.",
     )
+    stream_poll_seconds: float = Field(
+        validation_alias="MAS_STREAM_POLL_SECONDS",
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How often an open event stream (`/api/v1/events`) looks for new events in the event log "
+        "and for render progress: the longest an event waits before it is sent.",
+    )
+    stream_keepalive_seconds: float = Field(
+        validation_alias="MAS_STREAM_KEEPALIVE_SECONDS",
+        default=15,
+        gt=0,
+        le=300,
+        description="An event stream with nothing to send sends a comment this often, so proxies and clients "
+        "keep a quiet connection open (and a gone client is noticed).",
+    )
+    stream_max: int = Field(
+        validation_alias="MAS_STREAM_MAX",
+        default=100,
+        ge=1,
+        le=10_000,
+        description="Event streams one `mas serve` process keeps open at once (each polls PostgreSQL and holds "
+        "a Redis connection); one more is refused with 503 and Retry-After.",
+    )
+    event_retention_days: float = Field(
+        validation_alias="MAS_EVENT_RETENTION_DAYS",
+        default=7,
+        gt=0,
+        le=3660,
+        description="How long the event log keeps an event: an hourly beat job deletes older ones, so a stream "
+        "resumed after longer than this has missed them.",
+    )
     flower_user: str | None = Field(
         validation_alias="MAS_FLOWER_USER", default=None, description="Flower basic-auth user."
     )

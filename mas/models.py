@@ -389,6 +389,26 @@ class WebhookEvent(Base):
     created_at: Mapped[datetime] = _now_column()
 
 
+class StudioEvent(Base):
+    """One thing that happened, in the studio's event log (`mas.outbox.eventlog`): one row per event, written
+    in the transaction of the change it reports; ids commit in increasing order, so a reader resumes after the
+    last id it saw. Followed live through the API's event streams; kept MAS_EVENT_RETENTION_DAYS."""
+
+    __tablename__ = "studio_events"
+    __table_args__ = (
+        Index("ix_studio_events_user_id", "user_name", "id"),  # a user's stream
+        Index("ix_studio_events_batch_id", "batch_id", "id"),  # a batch's stream
+        Index("ix_studio_events_created_at", "created_at"),  # retention
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # bigserial: the event's place in the log
+    type: Mapped[str] = mapped_column(String(40))  # video.state, video.accepted, batch.done, ...
+    batch_id: Mapped[int | None] = mapped_column(Integer)  # plain id: an event outlives its batch
+    user_name: Mapped[str] = mapped_column(String(40))  # whose batch: whose stream carries it
+    payload: Mapped[dict] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now_column()
+
+
 class IdempotencyKey(Base):
     """A client's `Idempotency-Key` on a submit, and the batch it made: the same key again returns that
     batch instead of making another."""

@@ -78,6 +78,7 @@ RECONCILE = "tasks.maintenance.reconcile"
 RECOVER = "tasks.maintenance.recover"
 RUN_SCHEDULES = "tasks.maintenance.run_schedules"
 EXPIRE_IDEMPOTENCY_KEYS = "tasks.maintenance.expire_idempotency_keys"
+EXPIRE_EVENTS = "tasks.maintenance.expire_events"
 CLEANUP = "gpu.maintenance.remove_partials"
 
 DELIVER_WEBHOOKS = "tasks.webhooks.deliver"
@@ -93,6 +94,16 @@ def gpu_stats_key(worker: str) -> str:
     return GPU_STATS_PREFIX + worker
 
 
+PROGRESS_CHANNEL_PREFIX = "mas:progress:"
+"""Followed by a user's name: the pub/sub channel where the renders of that user's batches publish their
+progress (`mas.outbox.progress`); nothing is stored under it."""
+
+
+def progress_channel(user: str) -> str:
+    """The pub/sub channel of the render progress of `user`'s batches."""
+    return PROGRESS_CHANNEL_PREFIX + user
+
+
 def deliveries_key(task_id: str, retries: int) -> str:
     """Counter of deliveries of one run of a task (Redis keeps no delivery count of its own)."""
     return f"mas:deliveries:{task_id}:{retries}"
@@ -104,6 +115,9 @@ MIGRATION_LOCK = "migrations"
 TUNE_LOCK = "tune"
 LETTA_PROVISION_LOCK = "letta:provision"
 WRITE_AHEAD_LOCK = "pacing:write-ahead"
+EVENT_LOG_LOCK = "events:order"
+"""Held from a transaction's insert into the event log to its commit: the log's ids commit in order
+(`mas.outbox.eventlog`)."""
 
 
 def agent_lock(conversation: str) -> str:

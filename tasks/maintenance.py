@@ -6,6 +6,7 @@ from celery import shared_task
 
 from mas import names
 from mas.memory import recall
+from mas.outbox import eventlog
 from mas.pipeline import production
 from mas.pipeline.outcomes import LOST_CONNECTION
 from mas.runtime.app import StudioTask
@@ -63,3 +64,9 @@ def expire_idempotency_keys(self) -> int:
     from mas.api.idempotency import delete_expired  # the API's module, loaded only when this runs
 
     return delete_expired(self.app.settings)
+
+
+@shared_task(name=names.EXPIRE_EVENTS, bind=True)
+def expire_events(self) -> int:
+    """Delete the event log's events older than MAS_EVENT_RETENTION_DAYS; how many."""
+    return eventlog.delete_expired(self.app.settings)

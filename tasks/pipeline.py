@@ -25,6 +25,7 @@ from mas.learning import ab_design, promotion
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
 from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
+from mas.outbox import eventlog
 from mas.pipeline import pacing, states
 from mas.pipeline.chains import send_released, video_chain
 from mas.pipeline.outcomes import fail_planning
@@ -85,6 +86,9 @@ def plan_batch(self, batch_id: int) -> dict:
             _start_ab_test(settings, session, batch, request.theme, user, list(zip(videos, plan.videos)))
         batch.status = BatchStatus.running
         video_ids = [v.id for v in videos]
+        eventlog.batch_changed(
+            session, "batch.planned", batch, videos=video_ids, state=pacing.first_state(priority).value
+        )
         blocks.update(
             settings,
             "production_queue",

@@ -458,6 +458,19 @@ def every_route(app) -> list[tuple[str, str]]:
     return pairs
 
 
+def streamed(http, url: str, headers: dict[str, str]) -> tuple[int, str]:
+    """An event stream's status and what it sends until its first keep-alive (all it had to send)."""
+    with http.stream("GET", url, headers=headers) as reply:
+        if reply.status_code != 200:
+            return reply.status_code, reply.read().decode()
+        text = ""
+        for chunk in reply.iter_text():
+            text += chunk
+            if ": keep-alive" in text:
+                return 200, text
+    return reply.status_code, text
+
+
 def everything_counted(settings) -> dict:
     """Each table's rows, and what an action or a pick would change in place."""
     with session_scope(settings) as s:
@@ -478,7 +491,7 @@ def test_a_member_finds_nothing_of_another_members_work_on_any_route(settings, s
     keys = {"default": users.add(settings, "default"), "bob": users.add(settings, "bob"),
             "root": users.add(settings, "root", role="admin")}  # fmt: skip
     try:
-        app = create_app(settings)
+        app = create_app(settings.changed(stream_keepalive_seconds=0.5))  # an event stream soon says it is caught up
         http = TestClient(app, raise_server_exceptions=False)
         as_ = {name: {"Authorization": f"Bearer {key}"} for name, key in keys.items()}
         video = videos_of(settings, studio.batch)[0]
@@ -495,6 +508,12 @@ def test_a_member_finds_nothing_of_another_members_work_on_any_route(settings, s
                 fill = {**a_objects, "action": action, "label": "A"}
                 url = re.sub(r"\{(\w+)(:\w+)?\}", lambda m, fill=fill: str(fill[m.group(1)]), template)
                 query = "?user=default" if template.startswith("/api/v1/memory") else ""
+                if template == "/api/v1/events":  # a stream: all it sends bob from the log's start until caught up
+                    status, text = streamed(http, url + "?after=0", as_["bob"])
+                    tried.append((template, verb, status))
+                    assert status == 200 and "retry:" in text, (template, verb, status, text)
+                    assert "event:" not in text and not any(mark in text for mark in A_MARKS), text[:300]
+                    continue
                 reply = http.request(verb, url + query, headers=as_["bob"], json=body.get(template))
                 tried.append((template, verb, reply.status_code))
                 text = reply.text

@@ -1,4 +1,5 @@
-"""The gallery in headless Chromium, as a user meets it: live progress, a finished batch's videos, a pick.
+"""The gallery in headless Chromium, as a user meets it: live progress from the event stream, a finished batch's
+videos, a pick.
 
 It drives Debian's chromium package through Playwright (never a downloaded browser) against the gallery
 served by `mas.gallery.server` on a free loopback port, with real workers rendering the A/B test. The
@@ -21,7 +22,7 @@ from mas.cli import main
 from mas.db import session_scope
 from mas.gallery import server
 from mas.memory import blocks
-from mas.models import ABTest, ABVariation, Batch, Video
+from mas.models import ABTest, ABVariation, Batch, StudioEvent, Video
 from tests.parts import need
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -77,11 +78,27 @@ def test_open_a_finished_batch_and_pick_an_ab_winner(settings, gallery_url, brow
     assert result.exit_code == 0, result.output
     batch_id = int(result.output.split()[1].rstrip(":"))
 
-    # the index is open while the batch renders: its row turns "done" by polling, without a reload
+    # the index is open while the batch renders: it follows the event stream from the event it was rendered at,
+    # and its row turns "done" from the stream's events, without a reload and without polling
+    requests: list[tuple[str, str]] = []
+    page.on("request", lambda request: requests.append((request.resource_type, request.url)))
     page.goto(f"{gallery_url}/")
+    stream = page.locator("body").get_attribute("data-stream")
+    assert stream is not None and stream.startswith("/api/v1/events?after=")
     row = page.locator(f'tr[data-batch="{batch_id}"]')
     expect(row.locator(".status")).to_have_text("done", timeout=150_000)
     expect(row.locator(".count")).to_have_text("2/2")
+    after = int(stream.rpartition("=")[2])
+    with session_scope(settings) as s:
+        events = s.scalars(
+            sa.select(StudioEvent.id)
+            .where(StudioEvent.batch_id == batch_id, StudioEvent.id > after)
+            .order_by(StudioEvent.id)
+        ).all()
+    assert int(row.get_attribute("data-event") or 0) in events  # the row was last refreshed for this event
+    assert ("eventsource", f"{gallery_url}{stream}") in requests
+    refreshes = [url for kind, url in requests if kind == "fetch" and url.endswith(f"/api/v1/batches/{batch_id}")]
+    assert 1 <= len(refreshes) <= len(events), (len(refreshes), len(events))  # each refresh answers an event
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=ARTIFACTS / "gallery-index.png", full_page=True, animations="disabled")
 

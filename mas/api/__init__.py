@@ -2,7 +2,8 @@
 
 The gallery's gate authenticates every request (basic auth, or `Authorization: Bearer MAS_API_TOKEN`;
 refused without credentials off loopback); the OpenAPI document is at `/api/v1/openapi.json`, its reference at
-`/api/v1/docs`. Errors are problem details (`mas.api.problems`).
+`/api/v1/docs`. Errors are problem details (`mas.api.problems`). What happens is followed live as server-sent
+events (`mas.api.stream`: `/api/v1/events`, `/api/v1/batches/{id}/events`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI
 from fastapi.security import HTTPBasic, HTTPBearer
 
-from mas.api import problems
+from mas.api import problems, stream
 from mas.api.routes import router
 from mas.config import Settings
 
@@ -31,5 +32,7 @@ def create_api(settings: Settings) -> FastAPI:
     )
     api.state.settings = settings
     api.include_router(router)
+    api.include_router(stream.router)
+    api.state.streams = stream.Slots(settings.service.stream_max)  # this process's open event streams
     problems.install(api)
     return api

@@ -1,8 +1,8 @@
 """The gallery's routes, its gate (host check and basic auth) and the server that runs it.
 
 Pages are rendered on the server from Postgres on every request, so they are never stale; the only
-script is a few lines in `base.html` that poll the JSON API (`mas.api`, mounted at /api/v1) for live
-progress and send the buttons' actions to it. Endpoints are plain functions: Starlette runs them in its
+script is a few lines in `base.html` that follow the JSON API's event stream (`mas.api.stream`, from the event a
+page was rendered at) for live progress and send the buttons' actions to the API (`mas.api`, at /api/v1). Endpoints are plain functions: Starlette runs them in its
 thread pool, where the synchronous SQLAlchemy sessions belong.
 """
 
@@ -45,6 +45,7 @@ from mas.gallery.gate import GalleryError, Gate, configured_login
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
+from mas.outbox import eventlog
 from mas.reports import queries
 from mas.reports.metrics import metrics
 from mas.reports.queries import Outcomes
@@ -65,6 +66,11 @@ Owned = TypeVar("Owned", Batch, Series, ABTest)
 # --- serving --------------------------------------------------------------------------------------
 
 
+SHUTDOWN_GRACE_S = 5
+"""A stopping server finishes its requests for this long, then ends what is left: the event streams, which never
+end by themselves (their clients reconnect and resume by Last-Event-ID)."""
+
+
 def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> uvicorn.Server:
     """The gallery's HTTP server, checked before it binds anything.
 
@@ -80,7 +86,8 @@ def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> 
             "MAS_GALLERY_USER and MAS_GALLERY_PASSWORD (or MAS_API_TOKEN), or serve on 127.0.0.1"
         )
     app = create_app(settings, allowed_hosts=LOOPBACK_HOSTS | {host} if loopback else None)
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    return uvicorn.Server(config)
 
 
 def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> None:
@@ -202,6 +209,7 @@ def _videos(session: Session, ids: Iterable[int]) -> dict[int, Video]:
 
 def index(request: Request) -> Response:
     with session_scope(_settings(request)) as session:
+        after = eventlog.newest(session)  # read first: an event after it may be shown already, none is missed
         batches = list(
             session.scalars(_mine(request, sa.select(Batch), Batch).order_by(Batch.id.desc()).limit(LIST_LIMIT))
         )
@@ -217,6 +225,7 @@ def index(request: Request) -> Response:
         request,
         "index.html",
         {
+            "stream": f"/api/v1/events?after={after}",
             "progress": progress,
             "series": series,
             "tests": tests,
@@ -229,6 +238,7 @@ def index(request: Request) -> Response:
 def batch_page(request: Request) -> Response:
     settings, batch_id = _settings(request), request.path_params["batch_id"]
     with session_scope(settings) as session:
+        after = eventlog.newest(session)
         batch = _get(request, session, Batch, batch_id)
         if batch is None:
             raise HTTPException(404, f"there is no batch {batch_id}")
@@ -246,6 +256,7 @@ def batch_page(request: Request) -> Response:
         request,
         "batch.html",
         {
+            "stream": f"/api/v1/batches/{batch_id}/events?after={after}",
             "progress": progress,
             "series": series,
             "cards": [_video_view(settings, v) for v in videos],

@@ -19,7 +19,7 @@ from mas.domain.steps import STARTS
 from mas.errors import PermanentError
 from mas.memory import blocks
 from mas.models import Batch, BatchStatus, Video, VideoState
-from mas.outbox import events
+from mas.outbox import eventlog, events
 from mas.pipeline import ending, pacing
 from mas.pipeline.chains import send_released
 from mas.runtime.app import app_for
@@ -98,6 +98,7 @@ def pause_batch(settings: Settings, batch_id: int) -> None:
             raise NotChangeable(f"batch {batch_id} is {batch.status.value}, not queued or running; nothing changed")
         batch.status = BatchStatus.paused
         batch.updated_at = sa.func.now()
+        eventlog.batch_changed(session, "batch.paused", batch)
         _queue_status(settings, session, batch_id, "paused")
         released = pacing.release(settings, session)  # a paused batch holds no place ahead of the GPUs
     send_released(app_for(settings), released)
@@ -112,6 +113,7 @@ def continue_batch(settings: Settings, batch_id: int) -> None:
         planned = session.scalar(sa.select(sa.func.count()).select_from(Video).where(Video.batch_id == batch_id))
         batch.status = BatchStatus.running if planned else BatchStatus.queued
         batch.updated_at = sa.func.now()
+        eventlog.batch_changed(session, "batch.continued", batch)
         _queue_status(settings, session, batch_id, "active")
     app_for(settings).send_task(names.RESUME_BATCH, args=[batch_id], priority=STARTS)
 

@@ -24,6 +24,7 @@ from mas.domain.fair_share import Passes, take_turns
 from mas.domain.steps import AHEAD_OF_THE_GPU, StepPayload
 from mas.models import Batch, BatchStatus, FairPass, User, Video, VideoState
 from mas.names import Priority
+from mas.outbox import eventlog
 
 S = VideoState
 
@@ -66,6 +67,7 @@ def release(settings: Settings, session: Session) -> Released:
         .where(Video.id.in_([video_id for video_id, _ in taken]), Video.state == S.waiting)
         .values(state=S.writing, updated_at=sa.func.now())
     )
+    eventlog.moved_all(session, [video_id for video_id, _ in taken], S.waiting, S.writing)
     return [(StepPayload(video_id=video_id, attempt=1), priority) for video_id, priority in taken]
 
 

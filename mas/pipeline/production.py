@@ -23,7 +23,7 @@ from mas.domain.steps import STARTS
 from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule, User
 from mas.names import Priority
-from mas.outbox import targets
+from mas.outbox import eventlog, targets
 from mas.pipeline import quotas
 from mas.redaction import redact_url
 from mas.runtime import clients
@@ -81,6 +81,7 @@ def new_batch(
     )
     session.add(batch)
     session.flush()
+    eventlog.batch_changed(session, "batch.created", batch, kind=batch.kind, total=batch.total)
     return batch
 
 

@@ -2,7 +2,8 @@
 
 A transition is one conditional UPDATE: it succeeds only from the expected state *and* attempt number.
 A task delivered twice therefore finds the video already moved on and does nothing (`moved` is False);
-a move the machine does not allow raises `IllegalTransition` and changes nothing.
+a move the machine does not allow raises `IllegalTransition` and changes nothing. Every move made is logged
+(`video.state`, from and to) in its transaction (`mas.outbox.eventlog`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mas.db import rows_changed
 from mas.domain.states import TERMINAL, BatchStatus, VideoState
 from mas.domain.steps import ALLOWED
 from mas.errors import PermanentError
 from mas.models import Attempt, Batch, Video
+from mas.outbox import eventlog
 
 S = VideoState
 
@@ -52,7 +53,13 @@ def transition(
     )
     if attempt is not None:
         stmt = stmt.where(Video.attempt_count == attempt)
-    return rows_changed(session, stmt) == 1
+    moved = session.execute(stmt.returning(Video.batch_id, Video.attempt_count)).one_or_none()
+    if moved is None:
+        return False
+    eventlog.moved(
+        session, video_id, batch_id=moved.batch_id, source=source, target=target, attempt=moved.attempt_count
+    )
+    return True
 
 
 def attempt_row(session: Session, video_id: int, number: int) -> Attempt:
@@ -86,7 +93,12 @@ def _end(
     )
     if at is not None:
         stmt = stmt.where(Video.state == at[0], Video.attempt_count == at[1])
-    return rows_changed(session, stmt) == 1
+    was = session.scalar(sa.select(Video.state).where(Video.id == video_id).with_for_update())
+    moved = session.execute(stmt.returning(Video.batch_id, Video.attempt_count)).one_or_none()
+    if moved is None or was is None:
+        return False
+    eventlog.moved(session, video_id, batch_id=moved.batch_id, source=was, target=target, attempt=moved.attempt_count)
+    return True
 
 
 def steps_may_run(session: Session, video_id: int) -> bool:
