@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.hosts import (
+    REDIS_SERVER,
     Host,
     PostgresServer,
     RedisServer,
@@ -158,7 +159,7 @@ class HostedRedis(RedisServer):
     """A redis-server on `host` (its fixed port: the namespace is its own)."""
 
     def __init__(self, directory: Path, host: Host, **kwargs: Any) -> None:
-        super().__init__(directory, address=host.address, executable=_wrapper(directory, host, "/usr/bin/redis-server"),
+        super().__init__(directory, address=host.address, executable=_wrapper(directory, host, REDIS_SERVER),
                          **kwargs)  # fmt: skip
 
     def __enter__(self) -> HostedRedis:
@@ -178,7 +179,7 @@ class HostedSentinel(Sentinel):
     def start(self, timeout: float = 15) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                on_host(self.host, ["/usr/bin/redis-server", str(self.config), "--sentinel"]), stdin=subprocess.DEVNULL,
+                on_host(self.host, [REDIS_SERVER, str(self.config), "--sentinel"]), stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         wait_for(lambda: self.ask("ping") is not None, timeout=timeout, what=f"sentinel on {self.address}:{self.port}")
