@@ -119,10 +119,10 @@ class Sentinel:
 
     def __init__(
         self, directory: Path, *, address: str, password: str, master_name: str, master: RedisServer,
-        quorum: int, down_after_ms: int, failover_timeout_ms: int,
+        quorum: int, down_after_ms: int, failover_timeout_ms: int, port: int = 0,
     ) -> None:  # fmt: skip
         self.directory, self.address, self.password = directory, address, password
-        self.port = free_port(address)
+        self.port = port or free_port(address)  # `port`: a fixed one (a host's own network namespace)
         self.log = directory / "sentinel.log"
         self.config = directory / "sentinel.conf"
         directory.mkdir(parents=True, exist_ok=True)

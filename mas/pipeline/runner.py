@@ -164,6 +164,7 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, 
             moved = _move(run, session, outcome)
             if moved is None:
                 raise Ignore()
+    log.info("%s recorded", run.describe())  # committed: its result is the studio's (a failover test counts these)
     if outcome.then is not None:
         outcome.then()
     if outcome.remember is not None:
