@@ -306,6 +306,7 @@ class Ride:
     """One batch through the faults asked for: what each cost."""
 
     wall: float
+    batch_id: int = 0
     database: DatabaseFailover | None = None
     moving: dict[str, float] = field(default_factory=dict)  # fault: seconds from the death to a step starting
     to_end: dict[str, float] = field(default_factory=dict)  # fault: seconds from the death to the batch's end
@@ -340,7 +341,7 @@ def ride(studio: FailoverHosts, total: int, *, primary: bool, master: bool, time
         deaths["master"] = studio.kill_master()
     studio.wait_accepted(batch_id, total, timeout=timeout)
     wall, end = time.monotonic() - started, datetime.now(UTC)
-    result = Ride(wall=wall, database=database, renders=studio.renders(), recorded=studio.recorded(),
+    result = Ride(wall=wall, batch_id=batch_id, database=database, renders=studio.renders(), recorded=studio.recorded(),
                   accepted=studio.accepted(batch_id),
                   status=studio.scalar("select status from batches where id = :b", b=batch_id))  # fmt: skip
     for fault, (killed, failed_over) in deaths.items():
