@@ -4,7 +4,6 @@ checked by the gallery's gate on every request."""
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ import sqlalchemy as sa
 from mas.accounts import secrets as stored
 from mas.config import USER_PATTERN, Settings, check_webhook_secret
 from mas.db import session_scope
+from mas.domain.fair_share import check_share
 from mas.domain.identity import ROLES, Identity, Role
 from mas.errors import InvalidInput
 from mas.models import ApiKey, User
@@ -152,9 +152,9 @@ def set_limits(settings: Settings, name: str, changes: Mapping[str, object]) -> 
 
 def _checked(field: str, value: object) -> object:
     if field == "gpu_share":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidInput(f"a GPU share is a number above 0, got {value!r}")
-        return float(value)
+        return check_share(float(value))
     if field == "webhook_secret":
         if value is None:
             return None

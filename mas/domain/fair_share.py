@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from mas.errors import InvalidInput
+
 T = TypeVar("T")
 
 
@@ -26,8 +28,9 @@ class Passes:
 
 
 def check_share(share: float) -> float:
+    """A share as the fair queue needs it: a finite number above 0 (what `mas users set --share` stores)."""
     if not math.isfinite(share) or share <= 0:
-        raise ValueError(f"a share is a positive number, not {share!r}")
+        raise InvalidInput(f"a GPU share is a number above 0 (positive and finite), got {share!r}")
     return share
 
 
