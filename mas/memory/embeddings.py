@@ -56,8 +56,12 @@ class Embedder:
         self._cache_size = cache_size
         self._batch_size = batch_size
         self._lock = Lock()  # a threaded worker pool must not interleave cache updates
+        os.register_at_fork(after_in_child=self._unlock)  # a pool process inherits the embedder, not its lock
         self.model_calls = 0
         self.texts_embedded = 0
+
+    def _unlock(self) -> None:
+        self._lock = Lock()
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         """Vectors for `texts`, in order; texts not seen recently go to the model in one batched call."""
@@ -126,6 +130,6 @@ def get_embedder(settings: Settings) -> Embedder:
     return _embedder_for(model_path(settings).resolve())
 
 
-@per_process(key=lambda path: path)
+@per_process(key=lambda path: path, inherit=True)  # weights only: a prefork worker's pool shares its parent's
 def _embedder_for(path: Path) -> Embedder:
     return Embedder(load_model(path))
