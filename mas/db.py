@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy.orm import Session, sessionmaker
 
 from mas import locks, names, urls
@@ -24,8 +22,18 @@ from mas.runtime.failover import DatabaseAway as DatabaseAway  # re-exported: th
 from mas.runtime.failover import DatabaseUnavailable as DatabaseUnavailable
 from mas.singletons import per_process
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+SCHEMA_REVISION = "0013"
+"""The newest migration. A process that finds the database there skips alembic: importing it and reading every
+migration cost each new process (a command, a pool process) about half a second of a core. Raise it with each
+new migration; a fast-tier test holds it to alembic's head."""
+
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     if connection is not None:
@@ -127,12 +135,16 @@ def migrate(eng: sa.Engine, revision: str = "head") -> None:
     with eng.begin() as conn:
         locks.acquire(conn, names.MIGRATION_LOCK)
         ensure_vector(conn)
+        from alembic import command
+
         command.upgrade(alembic_config(conn), revision)
 
 
 def downgrade(eng: sa.Engine, revision: str = "base") -> None:
     with eng.begin() as conn:
         locks.acquire(conn, names.MIGRATION_LOCK)
+        from alembic import command
+
         command.downgrade(alembic_config(conn), revision)
 
 
@@ -144,8 +156,17 @@ def ready_engine(settings: Settings) -> sa.Engine:
 @per_process(key=lambda eng: str(eng.url))
 def _migrated(eng: sa.Engine) -> sa.Engine:
     check_connection(eng)
-    migrate(eng)
+    if schema_revision(eng) != SCHEMA_REVISION:
+        migrate(eng)
     return eng
+
+
+def schema_revision(eng: sa.Engine) -> str | None:
+    """The migration the database is at; None before the first."""
+    with eng.connect() as conn:
+        if conn.execute(sa.text("select to_regclass('alembic_version')")).scalar() is None:
+            return None
+        return conn.execute(sa.text("select version_num from alembic_version")).scalar()
 
 
 @contextmanager

@@ -253,9 +253,12 @@ def test_a_batch_series_ab_test_and_refinement_complete_on_the_real_model(tmp_pa
             prompts = s.scalars(sa.select(Attempt.prompt)).all()
         _record_exchanges(studio.settings, "a batch, a series and an A/B test on the real model")
     assert kinds == ["batch", "series", "ab"] and len(videos) == 5
-    # the feedback's colours and moods are stored whatever the model read, and every prompt carries them
+    # the feedback's colours and moods are stored as liked (alone or in the model's phrases: "blue tones"), and
+    # every prompt carries them
     learned = Style.of(user_style)
-    assert {"purple", "blue", "dark", "moody"} <= {i.words for i in learned.liked}, user_style
+    liked_words = {word for item in learned.liked for word in re.findall(r"\w+", item.words.lower())}
+    assert {"purple", "blue", "dark", "moody"} <= liked_words, user_style
+    assert not learned.ruled_out, user_style
     for prompt in prompts:  # by meaning (violet is purple); a prompt the checks cannot read is the model's
         check = style_check.check(prompt, learned, StudioMeaning(studio.settings))
         assert check.applied or not check.checked, (prompt, check)
