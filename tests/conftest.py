@@ -6,6 +6,7 @@ MAS_TEST_DATABASE_URL / MAS_TEST_BROKER_URL to run against servers of your own i
 
 from __future__ import annotations
 
+import compileall
 import os
 from pathlib import Path
 
@@ -30,6 +31,14 @@ def _settings_env(data_dir: Path) -> dict[str, str]:
     return env
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:  # noqa: ARG001
+    """Compile the studio's modules once: the hundreds of `mas` and worker processes the tests start then load
+    them compiled instead of each compiling every module again (as they would where PYTHONDONTWRITEBYTECODE is
+    set). Up-to-date files are skipped, so this costs nothing after the first run."""
+    for package in ("mas", "tasks", "gpu"):
+        compileall.compile_dir(ROOT / package, quiet=1, workers=1)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With `pytest -n N --dist loadgroup`, a test module runs in one worker (its module fixtures, a Letta or an
@@ -37,6 +46,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: _group(item) not in LONGEST_GROUPS)  # stable: the rest keep their order
+
+
+LONGEST_GROUPS = frozenset({
+    "llm-batches", "tests/test_failover_hosts.py", "tests/test_across_hosts.py", "tests/test_llm_agents.py",
+    "tests/test_letta.py", "tests/test_reliability.py", "tests/test_durable.py",
+})
+"""The groups that take longest (bench/RESULTS-suite.md), handed out first under `pytest -n`: a long one
+started last would run on alone after every other worker finished."""
+
+
+def _group(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker and marker.args else ""
 
 
 @pytest.fixture(scope="session")
