@@ -46,15 +46,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: _group(item) not in LONGEST_GROUPS)  # stable: the rest keep their order
+    rank = {group: i for i, group in enumerate(LONGEST_GROUPS)}
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: the rest keep their order
 
 
-LONGEST_GROUPS = frozenset({
-    "llm-batches", "tests/test_failover_hosts.py", "tests/test_across_hosts.py", "tests/test_llm_agents.py",
-    "tests/test_letta.py", "tests/test_reliability.py", "tests/test_durable.py",
-})
-"""The groups that take longest (bench/RESULTS-suite.md), handed out first under `pytest -n`: a long one
-started last would run on alone after every other worker finished."""
+LONGEST_GROUPS = (
+    "llm-batches", "tests/test_reliability.py", "tests/test_letta.py", "tests/test_llm_agents.py",
+    "tests/test_failover_hosts.py", "tests/test_durable.py", "tests/test_comfyui_real.py", "tests/test_bad_input.py",
+    "tests/test_across_hosts.py",
+)
+"""The groups that take longest, longest first (bench/RESULTS-suite.md), handed out first under `pytest -n`: a
+long one started last would run on alone after every other worker finished."""
 
 
 def _group(item: pytest.Item) -> str:
