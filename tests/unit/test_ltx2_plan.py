@@ -15,6 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from mas.cli import main
+from mas.cli.context import console
 from mas.config import Settings
 from mas.gpu_rules import vram_plan
 from mas.gpu_rules.vram_plan import FP8, GIB, DoesNotFit, Recipe
@@ -123,7 +124,7 @@ def test_each_phase_and_what_it_holds():
 
 def test_mas_gpu_plan_lists_what_fits(tmp_path, monkeypatch):
     monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(console, "width", 200)  # the console read its width once, wherever it was first imported
     result = CliRunner().invoke(main, ["gpu", "plan", "--vram-gb", "24", "--stages", "2"])
     assert result.exit_code == 0, result.output
     assert "768x512, 121 frames -> 1536x1024" in result.output
