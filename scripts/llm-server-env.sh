@@ -28,18 +28,23 @@ Q8_MODEL="$VENV/SmolLM2-135M-Instruct.Q8_0.gguf"
 
 q8_model() {
     # llama.cpp reads Q8_0 weights faster than Q4_1 on these CPUs, and the tests and benchmarks are mostly
-    # prompt evaluation (measured on 2 cores with flash attention, prompt / generated tokens per second: Q4_1
-    # 144 / 64, Q8_0 222 / 62, F16 242 / 42). Each Q4_1 weight lands on an 8-bit grid: a rounding far below
-    # the 4-bit one the package already made.
+    # prompt evaluation (measured on 2 cores with flash attention, prompt / generated tokens per second, run to
+    # run: Q4_1 102-144 / 52-64, Q8_0 139-222 / 46-62, F16 242 / 42). Each Q4_1 weight lands on an 8-bit grid:
+    # a rounding far below the 4-bit one the package already made.
     if [[ ! -s "$Q8_MODEL" ]]; then
-        "$VENV/bin/python" - "$(cat "$VENV/mas-llm-packaged-model")" "$Q8_MODEL.tmp" 2>"$VENV/mas-q8.log" <<'PY'
+        # llama.cpp prints a line per tensor: kept in mas-q8.log, shown only when re-packing fails
+        if ! "$VENV/bin/python" - "$(cat "$VENV/mas-llm-packaged-model")" "$Q8_MODEL.tmp" 2>"$VENV/mas-q8.log" <<'PY'
 import ctypes, sys
 import llama_cpp
 params = llama_cpp.llama_model_quantize_default_params()
 params.ftype, params.allow_requantize = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, True
-if llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(params)) != 0:
-    sys.exit("llm-server-env: re-packing the model as Q8_0 failed (its log: mas-q8.log in the server virtualenv)")
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(params)))
 PY
+        then
+            tail -20 "$VENV/mas-q8.log" >&2
+            echo "llm-server-env: re-packing the model as Q8_0 failed" >&2
+            exit 1
+        fi
         mv "$Q8_MODEL.tmp" "$Q8_MODEL"
     fi
     echo "$Q8_MODEL" > "$VENV/mas-llm-model"
