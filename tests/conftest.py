@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: the files' own order
     rank = {group: i for i, group in enumerate(LONGEST_GROUPS)}
     items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: the rest keep their order
 
@@ -88,9 +91,18 @@ def engine(settings) -> sa.Engine:
 
 @pytest.fixture
 def clean(settings, engine):
-    """Empty every table and every queue and result before a test. A session worker may still be finishing
-    the previous test's last step: a truncate that deadlocks with it is tried again."""
-    for tries_left in reversed(range(5)):
+    """Empty every queue and result, then every table, before a test.
+
+    A session worker may still be finishing the previous test's last steps: the queues go first so it is handed
+    nothing new, and a truncate that deadlocks with a step's transaction waits a little longer each time (the
+    step's transaction ends on its own) until a deadline."""
+    client = redis_client(settings)
+    # keep kombu's exchange bindings: without them published messages are silently dropped
+    stale = [k for k in client.scan_iter(count=1000) if not k.startswith(b"_kombu.binding.")]
+    if stale:
+        client.delete(*stale)
+    deadline, pause = time.monotonic() + 60, 0.1
+    while True:
         try:
             with engine.begin() as conn:
                 tables = conn.execute(
@@ -98,16 +110,12 @@ def clean(settings, engine):
                 ).scalars().all()
                 if tables:
                     conn.execute(sa.text(f"truncate {', '.join(tables)} restart identity cascade"))
-            break
+            return settings
         except sa.exc.OperationalError as exc:
-            if "deadlock detected" not in str(exc) or not tries_left:
+            if "deadlock detected" not in str(exc) or time.monotonic() + pause > deadline:
                 raise
-    client = redis_client(settings)
-    # keep kombu's exchange bindings: without them published messages are silently dropped
-    stale = [k for k in client.scan_iter(count=1000) if not k.startswith(b"_kombu.binding.")]
-    if stale:
-        client.delete(*stale)
-    return settings
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)
 
 
 def child_env(studio_env: dict[str, str], **extra: str) -> dict[str, str]:
