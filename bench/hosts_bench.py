@@ -8,7 +8,8 @@ Faults, one after the other: Redis down for a few seconds, host B cut off the ne
 step and let back, the gpu worker SIGKILLed mid-render and started again, then `mas recover`. Reported: wall
 time of each run, the difference (the goal: under 60 s), and per fault the seconds until the work it hit
 moved on (Redis: from its return to the next accepted video; the cut: from the cut until the steps B held
-were done elsewhere; the gpu worker: from its death until its renders were done again). Needs root.
+were done elsewhere; the gpu worker: from its start again until its renders were done again, where the
+figures to 2026-11-26 counted from its death). Needs root.
 
     python bench/hosts_bench.py --videos 16
 """
