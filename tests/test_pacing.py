@@ -169,7 +169,7 @@ def test_a_write_that_fails_for_good_lets_the_next_waiting_video_through_at_once
     from tasks.recovery import live_work
 
     settings = clean.model_copy(update={"write_ahead": 1})
-    _, ids = _running_batch(settings, 2)
+    batch_id, ids = _running_batch(settings, 2)
     assert _release(settings) == ids[:1]
     app = Studio(settings, set_as_current=False)
     task = SimpleNamespace(app=app, step=BY_NAME["write"], name="tasks.pipeline.write_prompt")
@@ -183,4 +183,15 @@ def test_a_write_that_fails_for_good_lets_the_next_waiting_video_through_at_once
     deadline = time.monotonic() + 30  # a worker may be between taking the message and claiming the step
     while not carried():
         assert time.monotonic() < deadline, "the next video's write was not sent"
+        time.sleep(0.2)
+
+    # leave the session's workers nothing of this batch: the next test empties the tables under them
+    control.cancel_batch(settings, batch_id)
+
+    def left() -> set[int]:
+        return set(ids) & (live_work(settings).videos | leases.running(settings))
+
+    deadline = time.monotonic() + 60
+    while left():
+        assert time.monotonic() < deadline, f"videos {left()} still running after their batch was cancelled"
         time.sleep(0.2)
