@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from mas.memory.embedding_export import EmbeddingUnavailable, exported_model
-from mas.memory.embeddings import default_model_path, open_embedder
+from mas.memory.embedding_export import EmbeddingUnavailable, _key, exported_model
+from mas.memory.embeddings import OnnxEncoder, default_model_path, open_embedder
 from tests.conftest import ROOT
 
 TEXTS = [
@@ -40,7 +40,7 @@ def test_the_studios_vectors_are_sentence_transformers_vectors(tmp_path):
 def test_processes_starting_at_once_share_one_export(tmp_path):
     """Two processes find no export at once: one exports, the other waits for it; each then embeds alike."""
     code = (
-        "import sys; from pathlib import Path; from mas.memory.embeddings import default_model_path, open_embedder;"
+        "import sys; from pathlib import Path; from mas.memory.embeddings import OnnxEncoder, default_model_path, open_embedder;"
         "print(open_embedder(default_model_path(), Path(sys.argv[1])).embed_one('a quiet harbour')[:3])"
     )
     started = [
@@ -58,6 +58,16 @@ def test_a_folder_that_is_no_model_is_refused_and_leaves_nothing(tmp_path):
     with pytest.raises(EmbeddingUnavailable, match="no sentence-transformers model"):
         exported_model(tmp_path / "model", tmp_path / "cache")
     (tmp_path / "model" / "modules.json").write_text("[]")  # a model folder in name only
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / f"model-{_key(tmp_path / 'model')}.999999.part").write_bytes(b"an exporter killed mid-way")
     with pytest.raises(EmbeddingUnavailable, match="could not be exported"):
         exported_model(tmp_path / "model", tmp_path / "cache")
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".lock"]
+
+
+def test_an_export_onnx_runtime_cannot_read_is_a_clear_error(tmp_path):
+    broken = tmp_path / "model.onnx"
+    broken.write_bytes(b"not a graph")
+    with pytest.raises(EmbeddingUnavailable, match="delete it to export again") as refused:
+        OnnxEncoder(broken, default_model_path())
+    assert not refused.value.retryable

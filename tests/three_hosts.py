@@ -166,7 +166,7 @@ class ThreeHosts:
         self.mas_a("recover")
         wait_for(lambda: all(self.moved(video, where) for video, where in rendering.items()), timeout=120,
                  what="the killed renders done again", interval=0.2)  # fmt: skip
-        recovery["gpu worker killed"] = time.monotonic() - back
+        recovery["gpu worker killed, from its start again"] = time.monotonic() - back
         return recovery
 
     def held_by(self, worker: str, *, step: str | None = None) -> dict[int, tuple[str, int]]:

@@ -42,7 +42,8 @@ def exported_model(model_dir: Path, cache_dir: Path) -> Path:
     """The ONNX file for `model_dir`, exporting it first if this machine has none yet.
 
     Processes starting at once export it once: the others wait on a file lock, which the system releases even
-    if the exporting process dies, and find the file written whole (written aside, then renamed)."""
+    if the exporting process dies, and find the file written whole (written aside, then renamed). The lock and
+    the file are this host's: each host exports its own."""
     target = cache_dir / f"{model_dir.name}-{_key(model_dir)}.onnx"
     if target.is_file():
         return target
@@ -50,6 +51,8 @@ def exported_model(model_dir: Path, cache_dir: Path) -> Path:
     with (cache_dir / f"{target.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not target.is_file():
+            for stale in cache_dir.glob(f"{target.stem}.*.part"):  # left by an exporter that was killed
+                stale.unlink(missing_ok=True)
             aside = target.with_suffix(f".{os.getpid()}.part")
             try:
                 _export(model_dir, aside)

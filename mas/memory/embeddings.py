@@ -64,7 +64,12 @@ class OnnxEncoder:
         self._tokenizer.enable_truncation(max_length=_max_seq_length(model_dir))
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1
-        self._session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        try:
+            self._session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own kinds for a file it cannot read
+            raise EmbeddingUnavailable(
+                f"ONNX Runtime cannot load {onnx_file} ({exc}): delete it to export again"
+            ) from exc
         self._inputs = [i.name for i in self._session.get_inputs()]
 
     def encode(self, texts: list[str]) -> np.ndarray:

@@ -8,5 +8,5 @@ def test_a_changed_model_folder_is_exported_again(tmp_path):
     (tmp_path / "config.json").write_text('{"hidden_size": 384}')
     first = _key(tmp_path)
     assert _key(tmp_path) == first
-    (tmp_path / "config.json").write_text('{"hidden_size": 768}')
+    (tmp_path / "config.json").write_text('{"hidden_size": 1024}')  # another size: seen even where times are coarse
     assert _key(tmp_path) != first
