@@ -3,7 +3,7 @@
 The model reads language; the studio does not pretend to. It checks a reading's structure (an aspect, a
 few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and,
 where its own reader reads the feedback (English it knows), that no item has the opposite polarity of what
-the feedback plainly says and that the reading speaks of at least one thing the feedback plainly names (in
+the feedback plainly says (nor carries those words on the other side: "blue instead of red" liked whole) and that the reading speaks of at least one thing the feedback plainly names (in
 its words, a synonym of its meaning groups or a colour of its family). A reading that passes stands as the
 model gave it, whatever the studio's own reader would have added; one that never passes is replaced by the
 studio's reading.
@@ -68,12 +68,22 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
     studio = style_reader.read(feedback)
     for own in studio:
         for item in model:
-            if item.contradicts(own):
+            if opposes(item, own):
                 said = "rules out" if not own.liked else "asks for"
                 out.append(f"the feedback {said} {own.words!r}: it belongs in {'liked' if own.liked else 'ruled_out'}")
     if studio and not any(shares(item, own) for item in model for own in studio):
         out.append(f"the feedback names {', '.join(i.words for i in studio)}: the reading has none of it")
     return out
+
+
+def opposes(item: StyleItem, own: StyleItem) -> bool:
+    """Whether the model's item says the opposite of what the studio read: the same thing with the other
+    polarity, or an item that carries all the studio's words on the other side ("nothing dark, ever" read as
+    liked "dark, ever"; "blue instead of red" liked whole, beside the studio's ruled-out "red")."""
+    if item.liked == own.liked:
+        return False
+    theirs = _bases(own.words)
+    return item.contradicts(own) or (bool(theirs) and theirs <= _bases(item.words))
 
 
 def shares(item: StyleItem, own: StyleItem) -> bool:
@@ -85,7 +95,12 @@ def shares(item: StyleItem, own: StyleItem) -> bool:
     return bool(mine & theirs) or bool(colour_families(item.words) & colour_families(own.words))
 
 
+def _bases(words: str) -> set[str]:
+    """The words' base forms ("shots" and "shot" alike), filler aside."""
+    return {style_reader.base(w) for w in normalized(words).split()} - V.STOP_WORDS
+
+
 def _senses(words: str) -> set[str]:
     """The words' base forms and the meaning groups they belong to."""
-    bases = {style_reader.base(w) for w in normalized(words).split()} - V.STOP_WORDS
+    bases = _bases(words)
     return bases | {group for w in bases for group in V.MEANINGS.get(w, ())}

@@ -310,3 +310,24 @@ def test_a_reading_of_another_feedback_is_not_a_reading_of_this_one():
     synonym = {"liked": [{"aspect": "mood", "words": "dark"}]}  # a synonym of what the feedback says
     reading = AskingDirector(Scripted(synonym)).read_style("something gloomy please")
     assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("dark", True)]
+
+
+@pytest.mark.parametrize(
+    ("feedback", "handed_back"),
+    [  # SmolLM2-135M's readings on the labelled set, each valid in structure, each inverted
+        ("nothing dark, ever", "dark, ever"),
+        ("don't make it eerie or creepy", "don't make it eerie or creepy"),
+        ("blue instead of red", "blue instead of red"),
+        ("more close-ups, fewer wide shots", "more close-ups, fewer wide shots"),
+        ("more nature, less city", "more nature, less city"),
+        ("less neon, more earthy", "less neon, more earthy"),
+        ("no to khaki and olive", "khaki and olive"),
+    ],
+)
+def test_a_liked_item_that_carries_what_the_feedback_rules_out_is_not_a_reading(feedback, handed_back):
+    inverted = {"liked": [{"aspect": "other", "words": handed_back}]}
+    reading = AskingDirector(Scripted(inverted)).read_style(feedback)
+    assert reading.source == "studio" and reading.items == style_reader.read(feedback)
+    ruled_out = {w for i in reading.items if not i.liked for w in i.words.split()}
+    assert ruled_out and not any(set(i.words.split()) & ruled_out for i in reading.items if i.liked)
+
