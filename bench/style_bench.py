@@ -3,7 +3,8 @@
 Feedbacks (`feedbacks.json`: what each likes and rules out, in English words, whatever its language) are
 read by each reader and stored as `mas style` stores them (`Style.learned`, the Director's checks of a
 model's reading included); what is stored is compared with the label: precision and recall of liked and
-of ruled-out items, polarity inversions (an item stored liked that the label rules out, or the reverse),
+of ruled-out items, polarity inversions (an item stored liked that the label rules out, or the reverse; a colour of
+a family the label names only on the other side counts: "without violet" stored as liked amethyst),
 and the share of feedbacks stored exactly as labelled. Readers:
 
 - `studio`: the studio's own reader (the offline backend, and the fallback of the model-backed ones);
@@ -35,9 +36,10 @@ from harness import ROOT, command_line, machine, provenance
 from mas.agents import style_check, style_reader
 from mas.agents.asking import AskingDirector
 from mas.agents.protocol import Question
+from mas.agents.reading import one_sided_families
 from mas.agents.replies import NoValidReply, problem
 from mas.agents.roles import Reading
-from mas.agents.style import Style, StyleItem, normalized
+from mas.agents.style import Style, StyleItem, colour_families, normalized
 from mas.errors import RetryableError
 from mas.memory.embedding_export import default_cache_dir
 from mas.memory.embeddings import default_model_path, open_embedder
@@ -92,7 +94,9 @@ class Score:
                 self.right[item.liked] += 1
             else:
                 exact = False
-            if any(_inverted(item, x) for x in label):
+            if any(_inverted(item, x) for x in label) or colour_families(item.words) & one_sided_families(
+                label, liked=not item.liked
+            ):  # "without violet" stored as liked amethyst
                 self.inversions.append(f"{feedback!r}: {item.words} stored {'liked' if item.liked else 'ruled out'}")
         for item in label:
             self.labelled[item.liked] += 1

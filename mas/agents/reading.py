@@ -65,10 +65,17 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
     for liked in (i for i in model if i.liked):
         if any(o.contradicts(liked) for o in model):
             out.append(f"{liked.words!r} is both liked and ruled out")  # noqa: PERF401
+    if style_reader.reads(feedback):
+        said = _senses(feedback)
+        out += [
+            f"{'liked' if i.liked else 'ruled_out'} {i.words!r} is not in the feedback: name only what it says"
+            for i in model
+            if not grounded(i, feedback, said)
+        ]
     studio = style_reader.read(feedback)
     for own in studio:
         for item in model:
-            if opposes(item, own):
+            if opposes(item, own, studio):
                 said = "rules out" if not own.liked else "asks for"
                 out.append(f"the feedback {said} {own.words!r}: it belongs in {'liked' if own.liked else 'ruled_out'}")
     if studio and not any(shares(item, own) for item in model for own in studio):
@@ -76,14 +83,35 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
     return out
 
 
-def opposes(item: StyleItem, own: StyleItem) -> bool:
+def grounded(item: StyleItem, feedback: str, said: set[str]) -> bool:
+    """Whether the item speaks of something in the feedback (a word, a meaning group or a colour family of
+    it): a small model hands back an earlier feedback of its conversation ("fantasy stuff with lots of gold"
+    for "whatever you think")."""
+    mine = _senses(item.words)
+    mine |= {w[:-1] for w in mine if w.endswith("s")} | {f"{w}s" for w in mine}  # "sunset" for "sunsets"
+    return bool(mine & said) or bool(colour_families(item.words) & colour_families(feedback))
+
+
+def opposes(item: StyleItem, own: StyleItem, studio: list[StyleItem]) -> bool:
     """Whether the model's item says the opposite of what the studio read: the same thing with the other
-    polarity, or an item that carries all the studio's words on the other side ("nothing dark, ever" read as
-    liked "dark, ever"; "blue instead of red" liked whole, beside the studio's ruled-out "red")."""
+    polarity; an item that carries all the studio's words on the other side ("nothing dark, ever" read as
+    liked "dark, ever"; "blue instead of red" liked whole, beside the studio's ruled-out "red"); or a colour
+    of a family the studio reads only on the other side ("without violet" read as liked "amethyst")."""
     if item.liked == own.liked:
         return False
     theirs = _bases(own.words)
-    return item.contradicts(own) or (bool(theirs) and theirs <= _bases(item.words))
+    return (
+        item.contradicts(own)
+        or (bool(theirs) and theirs <= _bases(item.words))
+        or bool(one_sided_families(studio, liked=own.liked) & colour_families(item.words))
+    )
+
+
+def one_sided_families(items: list[StyleItem], *, liked: bool) -> set[str]:
+    """The colour families the items name only with this polarity ("blue, but not navy" names blue on both
+    sides: none)."""
+    mine = {f for i in items if i.liked == liked for f in colour_families(i.words)}
+    return mine - {f for i in items if i.liked != liked for f in colour_families(i.words)}
 
 
 def shares(item: StyleItem, own: StyleItem) -> bool:

@@ -237,7 +237,8 @@ for _group, _words in (
     ),
     (
         "cheerful",
-        "cheerful joyful happy upbeat playful lively merry jolly uplifting sunny bubbly festive joyous gleeful",
+        "cheerful cheer cheery joyful happy upbeat playful lively merry jolly uplifting sunny bubbly festive joyous "
+        "gleeful",
     ),
     (
         "serene",
@@ -261,10 +262,11 @@ for _group, _words in (
     ("warm", "warm warmth golden cosy cozy"),
     ("cold", "cold cool icy frosty chilly wintry frozen"),
     ("slow", "slow slowly lingering lingers linger unhurried leisurely languid slow-motion slow-paced unbroken"),
-    ("fast", "fast quick rapid frantic brisk swift snappy fast-paced breakneck hectic"),
+    ("fast", "fast faster quick quicker rapid frantic brisk swift snappy fast-paced breakneck hectic speed speedy"),
     ("underwater", "underwater undersea submerged"),
     ("space", "space cosmic galaxy nebula interstellar orbit"),
     ("forest", "forest woods woodland"),
+    ("summer", "summer summery summertime"),
 ):
     for _word in _words.split():
         MEANINGS[_word] = MEANINGS.get(_word, frozenset()) | {_group}
@@ -273,7 +275,7 @@ FOREIGN_GLUE = frozenset(
     "de du des le les et ou pas ne jamais moins très avec sans une un est sont und oder nicht kein keine "
     "keinen mit ohne bitte der das dem sehr y el los las con sin por favor muy una nada il gli di e non mai "
     "senza più niente trop ein eine einem einen einer über unter zum zur auf aus bei vom ist sind del al sobre "
-    "entre bajo como para os dos das em nas nos com sem um uma nel nella sul sulla tra fra".split()
+    "entre bajo como para pero lo os dos das em nas nos com sem um uma nel nella sul sulla tra fra".split()
 )
 """Common words of French, German, Spanish and Italian: a sentence with one is not English the studio
 reads, so its rules abstain rather than read "pas de violet" as liking violet."""
