@@ -55,7 +55,7 @@ CONTEXT_CHARS = 2000
 
 def _llm_settings(settings: Settings, url: str, **extra) -> Settings:
     return settings.model_copy(update={
-        "agent_backend": "llm", "llm_url": url, "llm_model": MODEL_NAME, "llm_timeout_seconds": 120,
+        "agent_backend": "llm", "llm_url": url, "llm_model": MODEL_NAME, "llm_timeout_seconds": 300,
         "llm_context_chars": CONTEXT_CHARS, **extra,
     })
 

@@ -331,3 +331,32 @@ def test_a_liked_item_that_carries_what_the_feedback_rules_out_is_not_a_reading(
     ruled_out = {w for i in reading.items if not i.liked for w in i.words.split()}
     assert ruled_out and not any(set(i.words.split()) & ruled_out for i in reading.items if i.liked)
 
+
+
+@pytest.mark.parametrize(
+    ("feedback", "handed_back"),
+    [  # SmolLM2-135M's readings on the labelled set: an earlier feedback of its conversation handed back
+        ("whatever you think", ["fantasy stuff with lots of gold", "amethyst tones with a mysterious mood"]),
+        (
+            "I love the color blue, I love the color green, I love the color purple",
+            ["fantasy stuff with lots of gold", "amethyst tones with a mysterious mood"],
+        ),
+        ("I really dislike slow videos", ["amethyst tones with a mysterious mood", "azure, serene, unhurried"]),
+    ],
+)
+def test_an_item_that_is_nowhere_in_the_feedback_is_not_a_reading(feedback, handed_back):
+    elsewhere = {"liked": [{"aspect": "other", "words": words} for words in handed_back]}
+    reading = AskingDirector(Scripted(elsewhere)).read_style(feedback)
+    assert reading.source == "studio" and reading.items == style_reader.read(feedback)
+    said = {"liked": [{"aspect": "theme", "words": "sunset"}, {"aspect": "pacing", "words": "slow"}]}
+    reading = AskingDirector(Scripted(said)).read_style("warm tones, sunsets, slow pacing")  # plural or not
+    assert reading.source == "model"
+
+
+def test_a_colour_of_a_family_the_feedback_rules_out_is_not_liked_but_a_family_on_both_sides_is_read():
+    amethyst = {"liked": [{"aspect": "colour", "words": "amethyst"}]}
+    reading = AskingDirector(Scripted(amethyst)).read_style("without violet or lavender")
+    assert reading.source == "studio" and all(not i.liked for i in reading.items)
+    both = {"liked": [{"aspect": "colour", "words": "blue"}], "ruled_out": [{"aspect": "colour", "words": "navy"}]}
+    reading = AskingDirector(Scripted(both)).read_style("blue, but not navy")
+    assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("blue", True), ("navy", False)]
