@@ -4,10 +4,10 @@ The model reads language; the studio does not pretend to. It checks a reading's 
 few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and,
 where its own reader reads the feedback (English it knows), that each item speaks of something the feedback
 says, that no item has the opposite polarity of what the feedback plainly says (nor carries those words or a
-colour of their family on the other side: "blue instead of red" liked whole) and that the reading speaks of at least one thing the feedback plainly names (in
-its words, a synonym of its meaning groups or a colour of its family). A reading that passes stands as the
-model gave it, whatever the studio's own reader would have added; one that never passes is replaced by the
-studio's reading.
+colour of their family on the other side: "blue instead of red" liked whole) and that the reading speaks of
+at least one thing the feedback plainly names (in its words, a synonym of its meaning groups or a colour of
+its family). A reading that passes stands as the model gave it, whatever the studio's own reader would have
+added; one that never passes is replaced by the studio's reading.
 """
 
 from __future__ import annotations
