@@ -67,11 +67,11 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
         if any(o.contradicts(liked) for o in model):
             out.append(f"{liked.words!r} is both liked and ruled out")  # noqa: PERF401
     if style_reader.reads(feedback):
-        said = _senses(feedback)
+        senses = _senses(feedback)
         out += [
             f"{'liked' if i.liked else 'ruled_out'} {i.words!r} is not in the feedback: name only what it says"
             for i in model
-            if not grounded(i, feedback, said)
+            if not grounded(i, feedback, senses)
         ]
     studio = style_reader.read(feedback)
     for own in studio:
