@@ -89,6 +89,7 @@ BRIEF = WriterBrief(
 )
 
 
+@pytest.mark.timeout(1200)  # a dozen real calls or more: about 100 s alone, past 600 s beside another model's server
 def test_every_role_answers_a_real_model_with_a_validated_reply(clean, real_llm):
     """Director (batch, series, A/B, style), Writer, Cameraman and sleeptime on the real model."""
     settings = _llm_settings(clean, real_llm.url)
