@@ -36,14 +36,19 @@ class NotChangeable(PermanentError):
 def cancel_batch(settings: Settings, batch_id: int) -> list[int]:
     """Cancel a batch and every unfinished video of it; the ids of the videos cancelled."""
     with session_scope(settings) as session:
+        # the videos before their batch, in id order, as a step ending a video locks them: the other order
+        # deadlocks with a worker ending one of them
+        live = session.scalars(
+            sa.select(Video.id)
+            .where(Video.batch_id == batch_id, Video.state.not_in(list(TERMINAL)))
+            .order_by(Video.id)
+            .with_for_update()
+        ).all()
         batch = _batch(session, batch_id)
         if batch.status in OVER:
             raise NotChangeable(f"batch {batch_id} is already {batch.status.value}; nothing changed")
         batch.status = BatchStatus.cancelled
         batch.updated_at = sa.func.now()
-        live = session.scalars(
-            sa.select(Video.id).where(Video.batch_id == batch_id, Video.state.not_in(list(TERMINAL)))
-        ).all()
         endings = {video_id: ending.give_up(settings, session, video_id, S.cancelled, CANCELLED) for video_id in live}
         cancelled = [video_id for video_id, ended in endings.items() if ended is not None]
         events.record(session, settings, type="batch.cancelled", batch=batch, data={"videos_cancelled": cancelled})
