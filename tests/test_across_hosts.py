@@ -58,8 +58,10 @@ def test_a_batch_across_three_hosts_survives_a_broker_restart_a_network_cut_and_
                 "where v.batch_id = :b"), {"b": batch_id}).all()  # fmt: skip
         assert status == "done"
         assert len(attempts) == total  # every video accepted at its first attempt: no attempt failed
-        renders = studio.renders()  # no attempt rendered twice (the killed render never finished)
-        assert len(renders) == total and set(renders.values()) == {1}, renders
+        renders = studio.renders()  # no attempt rendered twice, but a render that ended as the kill came
+        twice = {attempt for attempt, count in renders.items() if count > 1}  # (its result was never recorded)
+        assert len(renders) == total and max(renders.values()) <= 2 and twice <= studio.finished_at_kill, (
+            renders, studio.finished_at_kill)  # fmt: skip
         assert max(recovery.values()) < RECOVERY_LIMIT_S, recovery
 
         # no worker left dead: every process runs and answers; a worker that took over says so

@@ -86,6 +86,7 @@ class ThreeHosts:
             self.c = CpuHost(self.net.host("C"), self.shared, tmp)
             stack.callback(self._stop_workers)
             self.gpu = self._gpu_worker()
+            self.finished_at_kill: set[str] = set()  # renders that ended just as the gpu worker was killed
             beat = Beat(env=self.env_a, log_dir=tmp)
             self.workers.append(beat)
             beat.wait_ready()
@@ -161,6 +162,9 @@ class ThreeHosts:
                  interval=0.05)  # fmt: skip
         rendering = self.held_by("gpu@A", step="render")
         self.gpu.kill()
+        # a render that reached its end just before the kill, its result not yet recorded, is done again
+        ended = re.findall(r"render of (video \d+ attempt \d+) rendered in", self.gpu.log.read_text())
+        self.finished_at_kill = {a for a in ended for v, (_, n) in rendering.items() if a == f"video {v} attempt {n}"}
         self.gpu = self._gpu_worker()
         back = time.monotonic()
         self.mas_a("recover")
