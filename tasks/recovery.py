@@ -156,6 +156,9 @@ def reconcile(settings: Settings, *, older_than: float, unanswered: bool = False
         log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned_ids, resent_ids)
     if released:
         log.info("reconcile: let waiting videos %s through", released_ids)
+    ended = leases.end_dead_of_final(settings)
+    if ended:
+        log.info("reconcile: ended the dead leases of final videos %s", sorted(ended))
     running = [f"video {h.video_id}: {h.step} on {h.worker}" for h in leases.holdings(settings) if h.beating]
     return Report(
         replanned=replanned_ids,

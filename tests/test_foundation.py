@@ -229,6 +229,24 @@ def test_a_step_lease_counts_only_take_overs_from_a_dead_holder(clean):
         leases.check_claims(clean, taken)
 
 
+def test_reconcile_ends_the_dead_leases_of_final_videos_only(clean):
+    """A lease whose release was lost (a failover's unreplicated commit) on a video that is final is ended by
+    reconcile; a dead lease of a video still at work is left to the next delivery, a live one to its holder."""
+    from mas.pipeline import leases
+    from tasks.recovery import reconcile
+
+    with db.session_scope(clean) as s:
+        vids = [_video(s) for _ in range(3)]
+    for vid in vids:
+        assert leases.claim(clean, video_id=vid, attempt=1, step="review", worker="cpu@gone") is not None
+    with db.session_scope(clean) as s:
+        s.execute(sa.text("update videos set state = 'accepted' where id = any(:v)"), {"v": vids[:2]})
+        s.execute(sa.text("update step_leases set heartbeat_at = now() - interval '1 day' where video_id = any(:v)"),
+                  {"v": [vids[0], vids[2]]})  # fmt: skip
+    reconcile(clean, older_than=3600)
+    assert leases.running(clean) == {vids[1]} and leases.dead(clean) == {vids[2]}
+
+
 def test_a_restarted_worker_and_recover_take_over_the_leases_of_holders_that_are_gone(clean):
     """A worker started again under its name ends at once the live leases its dead processes held (not those of
     a live process of it, nor another worker's); `mas recover` ends those of workers that did not answer once

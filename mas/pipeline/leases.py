@@ -30,6 +30,7 @@ from celery.exceptions import Ignore
 
 from mas.config import Settings
 from mas.db import ready_engine
+from mas.domain.states import TERMINAL
 from mas.errors import PermanentError, RetryableError
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,22 @@ def running(settings: Settings) -> set[int]:
 def dead(settings: Settings) -> set[int]:
     """Videos with a dead lease: a step started and its heartbeat stopped (its worker is gone)."""
     return _videos(settings, "heartbeat_at < now() - make_interval(secs => :expiry)")
+
+
+def end_dead_of_final(settings: Settings) -> set[int]:
+    """End the dead leases of videos that are final: nothing delivers their step again to release them (an
+    acknowledged release lost with a database failover's unreplicated commits). Returns their videos."""
+    with ready_engine(settings).begin() as conn:
+        return set(
+            conn.execute(
+                sa.text(
+                    "update step_leases l set token = null from videos v where v.id = l.video_id "
+                    "and l.token is not null and l.heartbeat_at < now() - make_interval(secs => :expiry) "
+                    "and v.state = any(:final) returning l.video_id"
+                ),
+                {"expiry": settings.reliability.lease_expiry_seconds, "final": [s.name for s in TERMINAL]},
+            ).scalars()
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
