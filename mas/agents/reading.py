@@ -3,7 +3,7 @@
 The model reads language; the studio does not pretend to. It checks a reading's structure (an aspect, a
 few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and,
 where its own reader reads the feedback (English it knows), that each item speaks of something the feedback
-says, that no item has the opposite polarity of what the feedback plainly says (nor carries those words or a
+says (only where it knows every word of the feedback: "something chilling" may be read as eerie), that no item has the opposite polarity of what the feedback plainly says (nor carries those words or a
 colour of their family on the other side: "blue instead of red" liked whole) and that the reading speaks of
 at least one thing the feedback plainly names (in its words, a synonym of its meaning groups or a colour of
 its family). A reading that passes stands as the model gave it, whatever the studio's own reader would have
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 
-from mas.agents import checks, style_reader
+from mas.agents import checks, clauses, style_reader
 from mas.agents import vocabulary as V
 from mas.agents.replies import StyleItemReply, StyleReply
-from mas.agents.style import StyleItem, aspect_of, colour_families, normalized
+from mas.agents.style import StyleItem, aspect_of, colour_families, normalized, words_of
 
 ITEM_MAX_WORDS = 4
 """A preference is a few words ("ocean depths", "slow lingering shots"); a longer one is the feedback
@@ -66,7 +66,7 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
     for liked in (i for i in model if i.liked):
         if any(o.contradicts(liked) for o in model):
             out.append(f"{liked.words!r} is both liked and ruled out")  # noqa: PERF401
-    if style_reader.reads(feedback):
+    if all(clauses.known(w) for w in words_of(feedback)):  # a word it does not know may be the item's synonym
         senses = _senses(feedback)
         out += [
             f"{'liked' if i.liked else 'ruled_out'} {i.words!r} is not in the feedback: name only what it says"

@@ -202,7 +202,7 @@ ENGLISH_GLUE = frozenset(
     "no never but more less too please like love want prefer hate avoid without than instead use keep make "
     "more lots lot bit little always only also maybe would could should can don't do does did have has had "
     "one ones over under across through about same again what which who how when where there here yes "
-    "pls lol forever go can could think long lately kind something everything anything".split()
+    "pls lol forever go can could think long lately kind something everything anything whatever".split()
 )
 """Common English words: a clause with none of them, and words the reader does not know, is not read."""
 

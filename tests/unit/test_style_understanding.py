@@ -360,3 +360,11 @@ def test_a_colour_of_a_family_the_feedback_rules_out_is_not_liked_but_a_family_o
     both = {"liked": [{"aspect": "colour", "words": "blue"}], "ruled_out": [{"aspect": "colour", "words": "navy"}]}
     reading = AskingDirector(Scripted(both)).read_style("blue, but not navy")
     assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [("blue", True), ("navy", False)]
+
+
+@pytest.mark.parametrize(
+    ("feedback", "words"), [("something chilling please", "eerie"), ("make it pop", "vibrant")]
+)
+def test_an_item_that_may_be_a_synonym_of_a_word_the_studio_does_not_know_stands(feedback, words):
+    reading = AskingDirector(Scripted({"liked": [{"aspect": "mood", "words": words}]})).read_style(feedback)
+    assert reading.source == "model" and [(i.words, i.liked) for i in reading.items] == [(words, True)]
