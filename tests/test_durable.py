@@ -106,8 +106,9 @@ def studio_renders(studio: IsolatedStudio) -> int:
 
 def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_dir):
     """While a batch renders: the same render delivered twice at once, `mas recover` and `mas resume`."""
-    from mas.domain.steps import BY_NAME
-    from mas.runtime.app import Studio
+    from mas.domain.steps import BY_NAME, StepPayload
+    from mas.pipeline.chains import video_chain
+    from mas.runtime.app import app_for
 
     with _stand_in(data_dir, render_seconds=2.0) as server:  # noqa: SIM117
         with IsolatedStudio(data_dir / "studio", **_comfyui_env(server, data_dir)) as studio:
@@ -118,10 +119,10 @@ def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_d
             studio.wait_until(lambda: any(v.state == VideoState.rendering for v in studio.videos(batch_id)),
                               what="a render to start")
             video = next(v for v in studio.videos(batch_id) if v.state == VideoState.rendering)
-            sender = Studio(studio.settings)
-            payload = {"batch_id": batch_id, "video_id": video.id, "attempt": video.attempt_count}
-            for _ in range(2):
-                sender.send_task(BY_NAME["render"].task, args=[payload])
+            sender = app_for(studio.settings)
+            payload = StepPayload(video_id=video.id, attempt=video.attempt_count)
+            for _ in range(2):  # a duplicate delivery carries the rest of its chain, as a redelivered message does
+                video_chain(sender, payload, start=BY_NAME["render"], priority="normal").apply_async()
             for command in (("recover",), ("resume", "--yes"), ("recover",)):
                 result = studio.mas(*command)
                 assert result.returncode == 0, result.stderr
