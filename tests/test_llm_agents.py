@@ -168,16 +168,19 @@ def test_a_reply_cut_at_its_token_budget_is_seen_as_cut_on_the_real_model(clean,
     '{"text": "a fox"}',  # valid JSON, wrong shape
 ])
 def test_a_malformed_reply_is_shown_its_error_then_the_studio_writes_the_prompt_saying_why(clean, bad):
-    with FaultyLLM([bad]) as llm:
+    with FaultyLLM([bad.replace("fox", name) for name in ("fox", "red fox", "grey fox")]) as llm:
         settings = _llm_settings(clean, llm.url, llm_reply_retries=2, llm_structured="json_schema")
         with pytest.raises(LLMReplyError) as failed:
             LLMAgent(settings, "writer").ask(Question(task="write", payload={}, shape='{"prompt": str}', reply=DraftReply))
         assert not failed.value.retryable and "3 times without a valid reply" in str(failed.value)
         llm.requests.clear()
-        draft = llm_agents(settings).writer.write(BRIEF)  # a write that never validates is the studio's prompt
-        assert draft.source == "studio" and "3 times without a valid reply" in draft.note
+        # a write that never validates is the studio's prompt; the same invalid reply after its correction is
+        # not asked for a third time
+        draft = llm_agents(settings).writer.write(BRIEF)
+        assert draft.source == "studio" and "2 times without a valid reply" in draft.note
+        assert "the same invalid reply again" in draft.note
         assert draft.prompt.startswith(BRIEF.concept)
-        assert len(llm.requests) == 3
+        assert len(llm.requests) == 2
         correction = llm.requests[1]["messages"][-1]["content"]
         assert correction.startswith("That reply is invalid:") and '"prompt": str' in correction
         schema = llm.requests[0]["response_format"]["json_schema"]["schema"]

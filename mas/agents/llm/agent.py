@@ -88,6 +88,7 @@ class LLMAgent:
         schema = question.schema()
         prompt_tokens = cached_tokens = completion_tokens = 0
         started = time.monotonic()
+        refused: set[str] = set()
         for attempt in range(1, self.settings.llm.reply_retries + 2):
             with conversations.endpoint_slot(self.settings, lock=self.serialize):
                 completion = complete(
@@ -128,6 +129,12 @@ class LLMAgent:
                 )
                 return reply, json.dumps(reply.model_dump(), ensure_ascii=False)
             log.warning("llm %s %s: reply %d invalid: %s", talk, question.task, attempt, trouble)
+            if completion.text.strip() in refused:
+                # told what was wrong, it answered word for word as before: another try costs a call and
+                # would most likely answer the same again
+                trouble = f"the same invalid reply again after its correction; {trouble}"
+                break
+            refused.add(completion.text.strip())
             # a cut reply is a ramble: shown again, it is continued; the model is only told it was too long
             shown = completion.text[:REPLY_EXCERPT_CHARS] + " ..." if completion.truncated else completion.text
             messages += [
