@@ -168,7 +168,9 @@ def test_a_reply_cut_at_its_token_budget_is_seen_as_cut_on_the_real_model(clean,
     '{"text": "a fox"}',  # valid JSON, wrong shape
 ])
 def test_a_malformed_reply_is_shown_its_error_then_the_studio_writes_the_prompt_saying_why(clean, bad):
-    with FaultyLLM([bad.replace("fox", name) for name in ("fox", "red fox", "grey fox")]) as llm:
+    script = [bad.replace("fox", name) for name in ("fox", "red fox", "grey fox", "grey fox")]
+    spaced_otherwise = "\n" + script[-1].replace('": ', '":\t')  # the same reply
+    with FaultyLLM([*script, spaced_otherwise]) as llm:
         settings = _llm_settings(clean, llm.url, llm_reply_retries=2, llm_structured="json_schema")
         with pytest.raises(LLMReplyError) as failed:
             LLMAgent(settings, "writer").ask(Question(task="write", payload={}, shape='{"prompt": str}', reply=DraftReply))

@@ -129,12 +129,12 @@ class LLMAgent:
                 )
                 return reply, json.dumps(reply.model_dump(), ensure_ascii=False)
             log.warning("llm %s %s: reply %d invalid: %s", talk, question.task, attempt, trouble)
-            if completion.text.strip() in refused:
+            if _said(completion.text) in refused:
                 # told what was wrong, it answered word for word as before: another try costs a call and
                 # would most likely answer the same again
                 trouble = f"the same invalid reply again after its correction; {trouble}"
                 break
-            refused.add(completion.text.strip())
+            refused.add(_said(completion.text))
             # a cut reply is a ramble: shown again, it is continued; the model is only told it was too long
             shown = completion.text[:REPLY_EXCERPT_CHARS] + " ..." if completion.truncated else completion.text
             messages += [
@@ -149,6 +149,14 @@ class LLMAgent:
             f"{self.agent} answered task {question.task!r} {attempt} times without a valid reply; last "
             f"problem: {trouble}; last reply: {completion.text[:REPLY_EXCERPT_CHARS]!r}"
         )
+
+
+def _said(text: str) -> str:
+    """What a reply says, whatever its spacing: its JSON object written one way, else its words."""
+    value = parse_json_object(text)
+    if value is not None:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return " ".join(text.split())
 
 
 def _record(settings: Settings, exchange: Exchange, question: Question) -> None:
