@@ -652,7 +652,8 @@ class LLMSettings(Group):
         default=2,
         ge=0,
         le=20,
-        description="Times a malformed reply is asked again, with the validation error shown to the model.",
+        description="Times a malformed reply is asked again, with the validation error shown to the model (not "
+        "again once it answers the same invalid reply twice).",
     )
     context_chars: int = Field(
         validation_alias="MAS_LLM_CONTEXT_CHARS",
