@@ -190,6 +190,25 @@ def test_a_malformed_reply_is_shown_its_error_then_the_studio_writes_the_prompt_
     assert recall.context(settings, "writer").messages == ()  # nothing half-written into its memory
 
 
+def test_a_style_reading_is_asked_without_the_conversations_earlier_messages(clean):
+    """A small model hands back an earlier feedback of its conversation ("surprise me!" read as the last
+    feedback, "honestly just make them good"): a reading is asked about its feedback alone, and remembered."""
+    teal = json.dumps({"liked": [{"words": "teal", "aspect": "colour"}], "ruled_out": []})
+    with FaultyLLM([json.dumps({"prompt": "a fox at dawn", "negative_prompt": ""}), teal]) as llm:
+        settings = _llm_settings(clean, llm.url, llm_structured="json_schema")
+        director = LLMAgent(settings, "director")
+        director.ask(Question(task="write", payload={"feedback": "honestly just make them good"},
+                              shape='{"prompt": str}', reply=DraftReply))
+        reading = llm_agents(settings).director.read_style("teal, lots of teal")
+    assert reading.source == "model" and [i.words for i in reading.items] == ["teal"]
+    asked = llm.requests[-1]["messages"]
+    assert [m["role"] for m in asked] == ["system", "user"] and "teal, lots of teal" in asked[-1]["content"]
+    assert "honestly just make them good" not in json.dumps(asked)
+    remembered = [m.content for m in recall.context(settings, "director").messages]
+    assert any("honestly just make them good" in c for c in remembered)
+    assert any("teal, lots of teal" in c for c in remembered)
+
+
 def test_a_corrected_reply_is_accepted_on_the_next_try(clean):
     good = "a red fox at dawn in purple and blue light"
     with FaultyLLM(['{"text": "a fox"}', json.dumps({"prompt": good, "negative_prompt": "blur"})]) as llm:

@@ -173,6 +173,7 @@ class AskingDirector:
                     rules=STYLE_RULES,
                     context={"check": check},
                     max_tokens=STYLE_TOKENS,
+                    alone=True,
                 )
             )
         except NoValidReply as error:
@@ -201,6 +202,7 @@ class AskingDirector:
                     rules=TRANSLATE_RULES,
                     context={"check": check},
                     max_tokens=TRANSLATE_TOKENS,
+                    alone=True,
                 )
             )
         except NoValidReply as error:

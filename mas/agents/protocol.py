@@ -84,6 +84,10 @@ class Question(Generic[Reply]):
     video_id: int | None = None  # what the call is about: its cost is counted there, its conversation
     batch_id: int | None = None  # is the one this video (or batch) used before when that one is free
     max_tokens: int | None = None  # most tokens the reply may take (fits its shape); None: MAS_LLM_MAX_TOKENS
+    alone: bool = False
+    """A task about its input alone (reading one feedback): asked without the conversation's earlier
+    messages, which a small model hands back as its answer ("surprise me!" read as the last feedback). Its
+    exchange is still remembered. A Letta agent keeps its own history."""
 
     def message(self) -> str:
         """The text of the call: TASK, INPUT (JSON), REPLY (the shape wanted), RULES."""

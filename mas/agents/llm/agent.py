@@ -81,7 +81,7 @@ class LLMAgent:
         question), so an endpoint's prefix cache serves all but the end of each call."""
         self.last = None
         messages = [{"role": "system", "content": system_prompt(self.settings, self.agent)}]
-        if self.history:
+        if self.history and not question.alone:
             messages += conversation(self.settings, talk)
         now = changing_memory(self.settings, talk)
         messages.append({"role": "user", "content": f"{now}\n\n{question.message()}"})
