@@ -103,7 +103,14 @@ def _is_item(token: str) -> bool:
 
 
 def known(token: str) -> bool:
-    """A word the studio's rules know: common English, or a word of the vocabulary."""
+    """A word the studio's rules know: common English, a word of the vocabulary or of its polarity cues
+    ("stand" of "can't stand"), or the plural of one ("pastels")."""
+    if token.endswith("s") and len(token) > 3 and _known(token[:-1]):
+        return True
+    return _known(token)
+
+
+def _known(token: str) -> bool:
     return (
         token in V.ENGLISH_GLUE
         or token in V.COLOR_FAMILIES
@@ -113,7 +120,7 @@ def known(token: str) -> bool:
         or token in V.PACING_NOUNS
         or token in V.FILLER
         or token in V.CRAFT
-        or any(token == c[0] for c in _NEGATIVE + _POSITIVE)
+        or any(token in c for c in _NEGATIVE + _POSITIVE)
     )
 
 

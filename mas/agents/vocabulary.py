@@ -202,7 +202,7 @@ ENGLISH_GLUE = frozenset(
     "no never but more less too please like love want prefer hate avoid without than instead use keep make "
     "more lots lot bit little always only also maybe would could should can don't do does did have has had "
     "one ones over under across through about same again what which who how when where there here yes "
-    "pls lol forever go can could think long lately kind something everything anything whatever".split()
+    "pls lol forever go can could think long lately kind something everything anything whatever else".split()
 )
 """Common English words: a clause with none of them, and words the reader does not know, is not read."""
 
@@ -275,9 +275,10 @@ FOREIGN_GLUE = frozenset(
     "de du des le les et ou pas ne jamais moins très avec sans une un est sont und oder nicht kein keine "
     "keinen mit ohne bitte der das dem sehr y el los las con sin por favor muy una nada il gli di e non mai "
     "senza più niente trop ein eine einem einen einer über unter zum zur auf aus bei vom ist sind del al sobre "
-    "entre bajo como para pero lo os dos das em nas nos com sem um uma nel nella sul sulla tra fra".split()
+    "entre bajo como para pero lo os dos das em nas nos com sem um uma nel nella sul sulla tra fra nunca ni "
+    "nie niemals weder nem não né".split()
 )
-"""Common words of French, German, Spanish and Italian: a sentence with one is not English the studio
+"""Common words of French, German, Spanish, Italian and Portuguese: a sentence with one is not English the studio
 reads, so its rules abstain rather than read "pas de violet" as liking violet."""
 
 

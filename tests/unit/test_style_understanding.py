@@ -363,6 +363,28 @@ def test_a_colour_of_a_family_the_feedback_rules_out_is_not_liked_but_a_family_o
 
 
 @pytest.mark.parametrize(
+    ("feedback", "reading"),
+    [  # SmolLM2-135M's readings on the labelled set: a colour added that the feedback never names, where a word
+        # of a polarity cue ("stand" of "can't stand"), a plural or "else" kept the studio from checking
+        ("I love blue but I can't stand yellow", {"liked": ["blue"], "ruled_out": ["yellow", "green"]}),
+        ("Black. Only black. Nothing else.", {"liked": ["black", "grey", "white"]}),
+        ("pastels, but nothing too sweet", {"liked": ["pastels", "ocean themes"]}),
+    ],
+)
+def test_an_item_the_feedback_never_names_is_not_a_reading_where_the_studio_knows_every_word(feedback, reading):
+    given = {key: [{"aspect": "other", "words": w} for w in words] for key, words in reading.items()}
+    read = AskingDirector(Scripted(given)).read_style(feedback)
+    assert read.source == "studio" and read.items == style_reader.read(feedback)
+
+
+def test_a_foreign_sentence_copied_as_an_item_is_not_a_reading():
+    """"Never yellow nor orange" in Spanish, liked whole: the sentence handed back, not a preference."""
+    copied = {"liked": [{"aspect": "colour", "words": "nunca amarillo ni naranja"}]}
+    reading = AskingDirector(Scripted(copied)).read_style("nunca amarillo ni naranja")
+    assert reading.items == [] and reading.source == "studio"
+
+
+@pytest.mark.parametrize(
     ("feedback", "words"), [("something chilling please", "eerie"), ("make it pop", "vibrant")]
 )
 def test_an_item_that_may_be_a_synonym_of_a_word_the_studio_does_not_know_stands(feedback, words):
