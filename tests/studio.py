@@ -120,14 +120,20 @@ class IsolatedStudio:
         self.worker_args: list[str] = []
 
     def __enter__(self) -> IsolatedStudio:
-        services.up(self.settings)
-        db.ready_engine(self.settings)
+        try:
+            services.up(self.settings)
+            db.ready_engine(self.settings)
+        except BaseException:
+            services.down(self.settings)  # a server that started before the failure must not outlive the test
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        for worker in self.workers:
-            worker.stop()
-        services.down(self.settings)
+        try:
+            for worker in self.workers:
+                worker.stop()
+        finally:  # a worker that would not stop must not leave the studio's servers running after the suite
+            services.down(self.settings)
 
     def worker(self, kind: str, *, concurrency: int = 1, **env: str) -> CeleryWorker:
         w = CeleryWorker(

@@ -14,11 +14,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_a_test_module_runs_whole_in_one_process_under_loadgroup():
+def test_a_test_module_runs_whole_in_one_process_under_loadgroup(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     module = "tests/unit/test_roles.py"
+    # a base folder of its own: a pytest without one closes /tmp/pytest-of-USER to its owner at its start, and
+    # the suite's embedded PostgreSQL, which runs as another user under it when we are root, then loses its
+    # data folder (it stopped at its next checkpoint, and every later test on it failed)
+    inner = ["--basetemp", str(tmp_path / "inner")]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v", module],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *inner, "-n", "2", "--dist", "loadgroup", "-v", module],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
