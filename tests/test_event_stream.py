@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import event as orm_event
 from starlette.testclient import TestClient
 
-from mas import names
+from mas import locks, names
 from mas.accounts import users
 from mas.db import session_scope
 from mas.domain.requests import ProductionRequest
@@ -32,6 +32,7 @@ from mas.gallery import create_app
 from mas.models import Batch, StudioEvent, Video, WebhookEvent
 from mas.outbox import eventlog
 from mas.pipeline import ending, production
+from tests.hosts import wait_for
 
 S = VideoState
 DEADLINE_S = 600  # a few preview renders on a loaded 2-core machine; the wait ends when the batch does
@@ -92,6 +93,19 @@ def new_batch(settings, user: str, theme: str = "kites") -> int:
     with session_scope(settings) as session:
         request = ProductionRequest.batch(theme, count=1, settings=settings)
         return production.new_batch(session, request, priority="normal", user=user).id
+
+
+def _waiting_for_the_event_logs_lock(settings) -> bool:
+    """Whether a transaction is queued for the event log's advisory lock (pg_locks splits its 64-bit key)."""
+    key = locks.lock_key(names.EVENT_LOG_LOCK)
+    with session_scope(settings) as session:
+        return bool(session.scalar(
+            sa.text(
+                "select count(*) from pg_locks where locktype = 'advisory' and not granted and objsubid = 1"
+                " and classid::bigint = :high and objid::bigint = :low"
+            ),
+            {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF},
+        ))
 
 
 def logged(settings, after: int = 0) -> list[tuple[int, str, int | None]]:
@@ -191,7 +205,8 @@ def test_an_event_that_took_the_smaller_id_and_commits_later_is_never_skipped(cl
     assert a_inserted.wait(30)
     b = threading.Thread(target=transaction_b, daemon=True)
     b.start()
-    time.sleep(1.0)
+    # B is seen queued behind A's lock, rather than given a guessed second to commit early
+    wait_for(lambda: _waiting_for_the_event_logs_lock(settings), timeout=30, what="B to wait for the event log's lock")
     assert not b_done.is_set(), "B committed while A, holding the smaller id, had not"
     assert got == [] and logged(settings, start) == []  # nothing is visible, so nothing is served
     a_may_commit.set()
