@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from mas import db, names
 from mas.config import Settings
-from mas.models import Batch, BatchStatus, Video
+from mas.models import Batch, BatchStatus, StepLease, Video
 from mas.runtime import services
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
@@ -165,6 +165,30 @@ class IsolatedStudio:
     def videos(self, batch_id: int) -> list[Video]:
         with db.session_scope(self.settings) as s:
             return list(s.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.id)))
+
+    def render_running(self, batch_id: int) -> StepLease | None:
+        """A render of the batch holding its lease now, or None."""
+        with db.session_scope(self.settings) as s:
+            return s.scalars(
+                sa.select(StepLease)
+                .join(Video, Video.id == StepLease.video_id)
+                .where(Video.batch_id == batch_id, StepLease.step == "render", StepLease.token.is_not(None))
+            ).first()
+
+    def lease_lapsed(self, lease: StepLease) -> bool:
+        """The lease missed its heartbeats for longer than the expiry, by the database's clock (it counts as
+        lost), or something took it over already."""
+        with db.session_scope(self.settings) as s:
+            heartbeat = s.scalar(
+                sa.select(StepLease.heartbeat_at).where(
+                    StepLease.video_id == lease.video_id,
+                    StepLease.attempt == lease.attempt,
+                    StepLease.step == lease.step,
+                    StepLease.token == lease.token,
+                )
+            )
+            now = s.scalar(sa.select(sa.func.now()))
+        return heartbeat is None or (now - heartbeat).total_seconds() > self.settings.reliability.lease_expiry_seconds
 
     def wait_until(self, condition, *, timeout: float = 180, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout

@@ -141,9 +141,11 @@ def test_a_gpu_worker_killed_mid_render_reattaches_to_the_running_prompt(data_di
             gpu = studio.worker("gpu")
             batch_id = studio.enqueue("Create a video of a comet")
             studio.wait_until(lambda: server.running_prompt() is not None, what="the render to run in ComfyUI")
+            studio.wait_until(lambda: studio.render_running(batch_id) is not None, what="the render's lease")
+            lease = studio.render_running(batch_id)
             gpu.kill()
             studio.worker("gpu")
-            time.sleep(float(SCALED["MAS_LEASE_EXPIRY_SECONDS"]) + 0.5)  # the killed render's lease is dead now
+            studio.wait_until(lambda: studio.lease_lapsed(lease), timeout=60, what="the killed render's lease to lapse")
             result = studio.mas("recover")
             assert result.returncode == 0 and "re-sent 1 video" in result.stdout, result.stdout + result.stderr
             studio.wait_batch(batch_id, timeout=180)

@@ -33,7 +33,7 @@ from standardwebhooks.webhooks import Webhook
 from mas import db
 from mas.cli import main
 from mas.errors import InvalidInput
-from mas.models import Batch, BatchStatus, Schedule, StepLease, Video, VideoState, WebhookEvent
+from mas.models import Batch, BatchStatus, Schedule, StepLease, VideoState, WebhookEvent
 from mas.outbox import events, webhooks
 from tests.dns_faults import Dns
 from tests.studio import IsolatedStudio
@@ -165,31 +165,6 @@ def data_dir():
         yield Path(tmp)
 
 
-def _render_running(studio: IsolatedStudio, batch_id: int) -> StepLease | None:
-    with db.session_scope(studio.settings) as s:
-        return s.scalars(
-            sa.select(StepLease)
-            .join(Video, Video.id == StepLease.video_id)
-            .where(Video.batch_id == batch_id, StepLease.step == "render", StepLease.token.is_not(None))
-        ).first()
-
-
-def _lease_lapsed(studio: IsolatedStudio, lease: StepLease) -> bool:
-    """The killed render's lease missed its heartbeats for longer than the expiry (it counts as lost), or
-    something took it over already."""
-    with db.session_scope(studio.settings) as s:
-        heartbeat = s.scalar(
-            sa.select(StepLease.heartbeat_at).where(
-                StepLease.video_id == lease.video_id,
-                StepLease.attempt == lease.attempt,
-                StepLease.step == "render",
-                StepLease.token == lease.token,
-            )
-        )
-        now = s.scalar(sa.select(sa.func.now()))
-    return heartbeat is None or (now - heartbeat).total_seconds() > studio.settings.reliability.lease_expiry_seconds
-
-
 def _all_delivered(studio: IsolatedStudio, batch_id: int) -> bool:
     events = _events(studio.settings, batch_id)
     return any(e.type == "batch.done" for e in events) and all(e.delivered_at is not None for e in events)
@@ -217,11 +192,11 @@ def test_a_receiver_that_fails_then_accepts_gets_each_event_once_in_order_across
         gpu = studio.worker("gpu")
         studio.beat()
         batch_id = studio.enqueue("Create 4 videos of harbour cranes")
-        studio.wait_until(lambda: _render_running(studio, batch_id) is not None, what="a render holding its lease")
-        lease = _render_running(studio, batch_id)
+        studio.wait_until(lambda: studio.render_running(batch_id) is not None, what="a render holding its lease")
+        lease = studio.render_running(batch_id)
         gpu.kill()
         studio.worker("gpu")
-        studio.wait_until(lambda: _lease_lapsed(studio, lease), timeout=60, what="the killed render's lease to lapse")
+        studio.wait_until(lambda: studio.lease_lapsed(lease), timeout=60, what="the killed render's lease to lapse")
         result = studio.mas("recover")
         assert result.returncode == 0, result.stderr
         studio.wait_batch(batch_id, timeout=300)
