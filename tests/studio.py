@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from mas import db, names
 from mas.config import Settings
 from mas.models import Batch, BatchStatus, StepLease, Video
+from mas.pipeline import leases
 from mas.runtime import services
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
@@ -176,19 +177,12 @@ class IsolatedStudio:
             ).first()
 
     def lease_lapsed(self, lease: StepLease) -> bool:
-        """The lease missed its heartbeats for longer than the expiry, by the database's clock (it counts as
-        lost), or something took it over already."""
+        """The video's lease is dead as `mas recover` reads it (`leases.dead`), or another holder took it over."""
+        if lease.video_id in leases.dead(self.settings):
+            return True
         with db.session_scope(self.settings) as s:
-            heartbeat = s.scalar(
-                sa.select(StepLease.heartbeat_at).where(
-                    StepLease.video_id == lease.video_id,
-                    StepLease.attempt == lease.attempt,
-                    StepLease.step == lease.step,
-                    StepLease.token == lease.token,
-                )
-            )
-            now = s.scalar(sa.select(sa.func.now()))
-        return heartbeat is None or (now - heartbeat).total_seconds() > self.settings.reliability.lease_expiry_seconds
+            now = s.get_one(StepLease, (lease.video_id, lease.attempt, lease.step))
+            return now.token != lease.token
 
     def wait_until(self, condition, *, timeout: float = 180, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_test_module_runs_whole_in_one_process_under_loadgroup(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     module = "tests/unit/test_roles.py"
-    # a base folder of its own: a pytest without one closes /tmp/pytest-of-USER to its owner at its start, and
+    # a base folder of its own: a pytest without one closes its per-user temporary folder to its owner at its start, and
     # the suite's embedded PostgreSQL, which runs as another user under it when we are root, then loses its
     # data folder (it stopped at its next checkpoint, and every later test on it failed)
     inner = ["--basetemp", str(tmp_path / "inner")]
