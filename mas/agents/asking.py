@@ -270,8 +270,8 @@ class AskingWriter:
             still = self._missing(draft, brief)
             if still:
                 prompt = style_check.repair(draft.prompt, Style.of(brief.user_style), self._meaning)
-                prompt = ", ".join(
-                    [prompt, *checks.missing_fixes(prompt, studio_rules.fixes_for(brief.previous_failures))]
+                prompt = style_check.appended(
+                    prompt, checks.missing_fixes(prompt, studio_rules.fixes_for(brief.previous_failures))
                 )
                 log.info("writer: video %s: the studio repaired the prompt: %s", brief.video_id, "; ".join(still))
                 return replace(draft, prompt=prompt, source="repaired", note="; ".join(still))

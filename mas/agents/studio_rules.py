@@ -131,7 +131,9 @@ def studio_prompt(brief: WriterBrief) -> Draft:
     # Known failure patterns are prevented up front; this attempt's failures are fixed on retry.
     parts.extend(fixes_for(brief.failure_patterns + brief.previous_failures))
     parts.extend(craft_of(brief.past_successes))
-    prompt = style_check.repair(", ".join(dict.fromkeys(p.strip() for p in parts if p.strip())), style)
+    kept = list(dict.fromkeys(p.strip() for p in parts if p.strip()))
+    # the rest never under a "without" of the concept's
+    prompt = style_check.repair(style_check.appended(kept[0] if kept else "", kept[1:]), style)
     return Draft(prompt=prompt, negative_prompt=studio_negative(brief), seed=draft_seed(brief), source="studio")
 
 

@@ -206,4 +206,18 @@ def repair(prompt: str, style: Style, meaning: Meaning | None = None) -> str:
     prompt = prompt.strip(" ,")
     missing = set(check(prompt, style, meaning).missing)
     added = style.phrases(only=[i for i in style.liked if i.words in missing and i.aspect in REQUIRED_ASPECTS])
-    return ", ".join(p for p in [prompt.rstrip(". "), *added] if p)
+    return appended(prompt.rstrip(". "), added)
+
+
+def appended(prompt: str, phrases: Sequence[str]) -> str:
+    """`prompt` with `phrases` added at its end where no rule-out of its last clause reaches them: after a comma
+    when they are still said there, else as a sentence of their own ("a harbour without boats. Blue tones"),
+    since "a harbour without boats, blue tones" asks for no blue."""
+    if not phrases:
+        return prompt
+    base = prompt.rstrip(". ")
+    joined = ", ".join(p for p in [base, *phrases] if p)
+    if not base or not any(w.ruled_out for w in clauses.read(joined) if w.start > len(base)):
+        return joined
+    sentence = ", ".join(phrases)
+    return f"{base}. {sentence[:1].upper()}{sentence[1:]}"

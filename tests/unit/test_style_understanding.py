@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from mas.agents import style_check, style_reader
+from mas.agents import clauses, style_check, style_reader
 from mas.agents.asking import AskingDirector, AskingWriter
 from mas.agents.reading import as_reply
 from mas.agents.roles import WriterBrief
@@ -147,6 +147,45 @@ def test_the_repair_cuts_whole_words_only_and_adds_what_is_missing_in_the_users_
     repaired = style_check.repair(prompt, style, meaning)
     assert repaired == "a bright-eyed owl under a moon in Orange County, navy colours"
     assert style_check.check(repaired, style, meaning).applied
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "a lighthouse in a storm, without any ships",
+        "a lighthouse in a storm. This shot will avoid bright daylight.",
+        "a lighthouse in a storm, no rain",
+    ],
+)
+def test_what_the_repair_adds_is_never_read_under_the_prompts_last_rule_out(prompt, meaning):
+    """Seen on SmolLM2 (a draft ending "... This prompt will ..."): the missing style added after a comma fell
+    under the draft's last "without" or "avoid", so the stored prompt asked for no blue. What the repair adds
+    starts a sentence of its own there; the rule-out still holds what it held."""
+    style = Style(items=tuple(style_reader.read("I like moody blue tones")))
+    repaired = style_check.repair(prompt, style, meaning)
+    assert style_check.check(repaired, style, meaning).applied, repaired
+    assert repaired.startswith(prompt.rstrip(". ")) and ". " in repaired[len(prompt.rstrip(". ")) :]
+
+
+def test_the_studios_own_prompt_keeps_the_style_out_of_a_rule_out_in_the_concept(meaning):
+    written = studio_prompt(_brief(concept="a harbour at night without any boats", failure_patterns=["noisy, soft frames"]))
+    assert written.prompt.startswith("a harbour at night without any boats. "), written.prompt
+    assert style_check.check(written.prompt, DARK_PURPLE, meaning).applied, written.prompt
+    assert not any(w.ruled_out for w in clauses.read(written.prompt) if w.text in ("sharp", "purple")), written.prompt
+
+
+def test_the_writer_stores_no_prompt_whose_style_a_trailing_rule_out_takes_back(meaning):
+    """A model that answers twice with a draft missing the style and ending on a rule-out: the repaired prompt
+    carries the style, and the fixes of the last attempt's failures as well."""
+    draft = "a dragon over the sea at night, without any ships"
+    asker = Scripted({"prompt": draft}, {"prompt": draft})
+    brief = _brief(attempt=2, previous_failures=["noisy, soft frames"])
+    written = AskingWriter(asker, meaning=meaning).write(brief)
+    assert written.source == "repaired" and written.prompt.startswith(draft), written.prompt
+    assert style_check.check(written.prompt, DARK_PURPLE, meaning).applied, written.prompt
+    assert "sharp focus" in written.prompt and not any(
+        w.ruled_out for w in clauses.read(written.prompt) if w.text == "sharp"
+    ), written.prompt
 
 
 # --- the model's reading stands when it validates ---------------------------------------------------
