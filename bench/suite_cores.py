@@ -23,10 +23,12 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _busy_seconds() -> float:
-    """Busy core-seconds of the whole machine since boot (everything but idle and iowait)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / TICKS
+    """Busy core-seconds of the whole machine since boot: user, nice, system, irq and softirq (not idle, iowait,
+    or steal, the time a hypervisor gave another guest)."""
+    user, nice, system, _idle, _iowait, irq, softirq = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / TICKS
 
 
 class CoreSeconds:

@@ -181,8 +181,8 @@ class IsolatedStudio:
         if lease.video_id in leases.dead(self.settings):
             return True
         with db.session_scope(self.settings) as s:
-            now = s.get_one(StepLease, (lease.video_id, lease.attempt, lease.step))
-            return now.token != lease.token
+            now = s.get(StepLease, (lease.video_id, lease.attempt, lease.step))
+            return now is None or now.token != lease.token
 
     def wait_until(self, condition, *, timeout: float = 180, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout

@@ -98,11 +98,12 @@ def prompt_problems(prompt: str, *, concept: str, task_words: frozenset[str], pr
 
 
 def missing_fixes(prompt: str, fixes: Sequence[str]) -> list[str]:
-    """The fixes (`studio_rules.FIXES` phrases) whose words `prompt` does not all carry (none looked for in a
-    prompt the checks do not read)."""
-    if not style_check.readable(clauses.read(prompt)):
+    """The fixes (`studio_rules.FIXES` phrases) whose words `prompt` does not all carry, a word under a rule-out
+    ("without sharp focus") not counted (none looked for in a prompt the checks do not read)."""
+    words = clauses.read(prompt)
+    if not style_check.readable(words):
         return []
-    present = set(words_of(prompt))
+    present = {w.text for w in words if not w.ruled_out}
     return [f for f in fixes if not all(_mentions(present, w) for w in content_words(f))]
 
 

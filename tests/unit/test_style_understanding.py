@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from mas.agents import clauses, style_check, style_reader
+from mas.agents import checks, clauses, style_check, style_reader
 from mas.agents.asking import AskingDirector, AskingWriter
 from mas.agents.reading import as_reply
 from mas.agents.roles import WriterBrief
@@ -172,6 +172,12 @@ def test_the_studios_own_prompt_keeps_the_style_out_of_a_rule_out_in_the_concept
     assert written.prompt.startswith("a harbour at night without any boats. "), written.prompt
     assert style_check.check(written.prompt, DARK_PURPLE, meaning).applied, written.prompt
     assert not any(w.ruled_out for w in clauses.read(written.prompt) if w.text in ("sharp", "purple")), written.prompt
+
+
+def test_a_fix_the_draft_names_under_a_rule_out_is_still_missing():
+    fixes = ["sharp focus, fine detail"]
+    assert checks.missing_fixes("a fox in the snow, sharp focus, fine detail", fixes) == []
+    assert checks.missing_fixes("a fox in the snow, without sharp focus or fine detail", fixes) == fixes
 
 
 def test_the_writer_stores_no_prompt_whose_style_a_trailing_rule_out_takes_back(meaning):
