@@ -800,7 +800,7 @@ class S3Server:
         self.access_key = "studio"
         self.secret_key = secrets.token_hex(16)
         self.port = 0
-        self.log = self.directory / "weed.log"
+        self.log = self.directory / "weed.log"  # named by its block of ports at each start
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -836,15 +836,25 @@ class S3Server:
         identity = {"name": "studio", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
                     "actions": ["Admin", "Read", "Write", "List", "Tagging"]}  # fmt: skip
         config.write_text(json.dumps({"identities": [identity]}))
+        for tries_left in reversed(range(3)):
+            try:
+                self._start(weed, config)
+                return self
+            except PortTaken:
+                if not tries_left:
+                    raise
+            # another process bound a port of the block between the probe and weed's start: another block
+
+    def _start(self, weed: str, config: Path) -> None:
         base = _free_port_block(self.address)
-        self.port = base + 1
+        self.port, self.log = base + 1, self.directory / f"weed-{base}.log"  # a log per start: whose ports
         argv = [
             weed, "mini", f"-dir={self.directory / 'data'}", f"-ip={self.address}", f"-ip.bind={self.address}",
             f"-s3.port={base + 1}", f"-master.port={base + 2}", f"-volume.port={base + 3}",
             f"-filer.port={base + 4}", f"-admin.port={base + 5}", "-admin.ui=false", "-webdav=false",
             "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
         ]  # fmt: skip
-        with self.log.open("ab") as log:
+        with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -853,14 +863,15 @@ class S3Server:
         except BaseException:
             self.stop()
             raise
-        return self
 
     def _bucket_made(self) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
 
         assert self.process is not None
         if self.process.poll() is not None:
-            raise RuntimeError(f"weed exited ({self.process.returncode}):\n{_log_tail(self.log)}")
+            tail = _log_tail(self.log)
+            error = PortTaken if "Port allocation failed" in tail else RuntimeError
+            raise error(f"weed exited ({self.process.returncode}):\n{tail}")
         try:
             self.client().create_bucket(Bucket=self.bucket)
             return True
@@ -881,10 +892,22 @@ class S3Server:
         self.stop()
 
 
+class PortTaken(RuntimeError):
+    """SeaweedFS found a port of its block taken at its start: a race with another process, tried again."""
+
+
 def _free_port_block(address: str, size: int = 6) -> int:
-    """A base port B with B..B+size and their gRPC twins (+10000) free (SeaweedFS opens both)."""
+    """A base port B with B..B+size and their gRPC twins (+10000) free (SeaweedFS opens both), all below the
+    kernel's ephemeral range, which the other servers' free ports (port 0) and every outgoing connection take
+    from: a block probed free there stays free until SeaweedFS binds it, unless another block lands on it."""
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    highest_base = ephemeral_low - 10000 - size
+    if highest_base <= 10000:
+        raise RuntimeError(
+            f"no room for a block of {size} ports and their twins below the ephemeral range ({ephemeral_low})"
+        )
     for _ in range(200):
-        base = 20000 + secrets.randbelow(30000)
+        base = 10000 + secrets.randbelow(highest_base - 10000)
         ports = [base + i for i in range(size)] + [base + 10000 + i for i in range(size)]
         try:
             for port in ports:

@@ -4,12 +4,14 @@ started by the test); and the partial files of dead renders removed on the host 
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
 from mas import db
 from mas.config import Settings
 from mas.storage import StorageRefused, local_copy, storage, video_key
+from tests import hosts
 from tests.hosts import S3Server
 from tests.parts import need
 
@@ -52,6 +54,33 @@ def test_a_bucket_that_refuses_the_keys_is_a_setting_to_fix_not_a_retry(s3, tmp_
     with pytest.raises(StorageRefused) as refused:
         storage(settings).put(staged, "batch-1/video-1-attempt-1.mp4")
     assert not refused.value.retryable and "wrong" not in str(refused.value)
+
+
+def test_the_s3_server_starts_on_another_block_when_a_port_of_its_own_is_taken_at_its_start(s3, tmp_path, monkeypatch):
+    """Its ports are probed free, then bound by SeaweedFS: under pytest -n another process may bind one in
+    between. The harness starts it again on another block instead of failing the test that needs it."""
+    del s3  # only its skip: a machine without SeaweedFS skips here too
+    probe = hosts._free_port_block
+    taken: list[socket.socket] = []
+
+    def a_block_whose_master_port_is_taken(address: str) -> int:
+        base = probe(address)
+        if not taken:
+            holder = socket.socket()
+            holder.bind((address, base + 2))  # the master's port
+            holder.listen()
+            taken.append(holder)
+        return base
+
+    monkeypatch.setattr(hosts, "_free_port_block", a_block_whose_master_port_is_taken)
+    try:
+        with S3Server(tmp_path / "s3") as server:
+            assert server.client().head_bucket(Bucket=server.bucket)
+            starts = sorted(p.name for p in (tmp_path / "s3").glob("weed-*.log"))
+            assert len(starts) == 2, starts
+            assert "Port allocation failed" in (tmp_path / "s3" / starts[0]).read_text() + (tmp_path / "s3" / starts[1]).read_text()
+    finally:
+        taken[0].close()
 
 
 def _s3_settings(s3: S3Server, prefix: str) -> dict:
