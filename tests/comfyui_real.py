@@ -12,13 +12,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Self
 
 import httpx
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = "2.22.2"
@@ -71,9 +72,7 @@ class RealComfyUI:
         front = self.base / "front"
         front.mkdir(exist_ok=True)
         (front / "index.html").write_text("<!doctype html><title>ComfyUI (tests)</title>")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         argv = [
             str(ENV_DIR / "venv" / "bin" / "python"), str(ENV_DIR / "comfyui" / "main.py"), "--cpu",

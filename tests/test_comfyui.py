@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from gpu.interfaces import RenderStopped
 from gpu.preview import PreviewRenderer
 from mas.config import Settings
 from tests.comfyui_server import ComfyUIStandIn, Script
+from tests.ports import free_port
 
 PROMPT = "a dragon over a misty lake, steady camera, sharp focus"
 NEGATIVE = "blurry, watermark"
@@ -119,9 +119,7 @@ def render(
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def test_render_reports_progress_and_writes_the_mp4_where_the_studio_chose(server, make_backend, mp4, tmp_path):

@@ -31,8 +31,9 @@ from mas.domain.requests import ProductionRequest
 from mas.memory import blocks, recall
 from mas.models import Attempt, Batch, BatchStatus, VideoState
 from tests.llm_faults import HANG, FaultyLLM
-from tests.llm_server import MODEL_NAME, LocalLLM, free_port, unavailable_reason
+from tests.llm_server import MODEL_NAME, LocalLLM, unavailable_reason
 from tests.parts import need
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / ".test-artifacts"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -28,6 +27,7 @@ from mas.models import AgentCall, Attempt, Video, VideoState, WebhookEvent
 from mas.reports.metrics import FIGURES
 from mas.reports.queries import gpu_summary
 from tests.parts import need
+from tests.ports import free_port
 from tests.studio import IsolatedStudio
 from tests.unit.test_dashboard import dashboard_queries
 
@@ -40,12 +40,6 @@ need(
     None if PROMETHEUS else "the prometheus server is not installed: apt-get install -y prometheus",
     module=True,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _until(condition, *, timeout: float, what: str):
@@ -74,7 +68,7 @@ class Prometheus:
             ],
         }
         (folder / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.url = f"http://127.0.0.1:{free_port()}"
         self.log = folder / "prometheus.log"
         self.proc = subprocess.Popen(
             [

@@ -60,11 +60,11 @@ def test_the_s3_server_starts_on_another_block_when_a_port_of_its_own_is_taken_a
     """Its ports are probed free, then bound by SeaweedFS: under pytest -n another process may bind one in
     between. The harness starts it again on another block instead of failing the test that needs it."""
     del s3  # only its skip: a machine without SeaweedFS skips here too
-    probe = hosts._free_port_block
+    probe = hosts.free_port_block
     taken: list[socket.socket] = []
 
-    def a_block_whose_master_port_is_taken(address: str) -> int:
-        base = probe(address)
+    def a_block_whose_master_port_is_taken(address: str, size: int, twins: int) -> int:
+        base = probe(address, size, twins=twins)
         if not taken:
             holder = socket.socket()
             holder.bind((address, base + 2))  # the master's port
@@ -72,7 +72,7 @@ def test_the_s3_server_starts_on_another_block_when_a_port_of_its_own_is_taken_a
             taken.append(holder)
         return base
 
-    monkeypatch.setattr(hosts, "_free_port_block", a_block_whose_master_port_is_taken)
+    monkeypatch.setattr(hosts, "free_port_block", a_block_whose_master_port_is_taken)
     try:
         with S3Server(tmp_path / "s3") as server:
             assert server.client().head_bucket(Bucket=server.bucket)

@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -36,6 +35,7 @@ from mas.errors import InvalidInput
 from mas.models import Batch, BatchStatus, Schedule, StepLease, VideoState, WebhookEvent
 from mas.outbox import events, webhooks
 from tests.dns_faults import Dns
+from tests.ports import free_port
 from tests.studio import IsolatedStudio
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
@@ -111,10 +111,7 @@ class Receiver:
 
 def _refused_url() -> str:
     """The URL of a port nothing listens on: a receiver that is down."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/hooks"
+    return f"http://127.0.0.1:{free_port()}/hooks"
 
 
 def _wait(condition, *, timeout: float, what: str, every: float = 0.3) -> None:
