@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -494,9 +493,9 @@ class StandIn:
     def __init__(self, *, delay: float, log: Path | None = None, port: int | None = None) -> None:
         self.delay, self.log = delay, log
         if port is None:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
+            from tests.ports import free_port  # here: the stand-in's own process runs this file as a script
+
+            port = free_port()
         self.port = port
         self.proc: subprocess.Popen | None = None
 

