@@ -102,15 +102,20 @@ def test_every_role_answers_a_real_model_with_a_validated_reply(clean, real_llm)
     ab = crew.director.plan(ProductionRequest(text="x", kind="ab", count=2, theme="a lighthouse in a storm"))
     assert [v.label for v in ab.videos] == ["A", "B"]
     crew.director.read_style("I like dark moody purple tones and slow pacing")
-    draft = crew.writer.write(BRIEF)
-    assert draft.prompt.strip() and draft.seed == draft_seed(BRIEF)  # the studio's, reproducible: not the model's
+    # this 135M model now and then rambles past its token budget and copies that reply after its correction: the
+    # studio writes the prompt then (nothing recorded), and a new write draws the model's first reply afresh
+    for _ in range(3):
+        draft = crew.writer.write(BRIEF)
+        assert draft.prompt.strip() and draft.seed == draft_seed(BRIEF)  # the studio's, reproducible: not the model's
+        if recall.context(settings, "writer").messages:
+            break
     verdict = crew.cameraman.review(grade="D", scores={"sharpness": 0.3}, min_grade="B", attempt=3, max_retries=3)
     assert verdict.action in ("accept", "fail")  # a refine past the last attempt is turned into a fail
     summary = crew.consolidator.consolidate(activity=["accepted: video 1 grade A after 1 attempts; a fox"])
     assert summary.summary.strip()
     # the exchanges are the agents' recall: each call's question and validated reply, in order
     writer = recall.context(settings, "writer").messages
-    # one exchange or more (a draft the studio refuses or finds short of the style is asked again)
+    # one exchange or more (a draft the studio refuses or finds short of the style is asked again), of one write
     roles = [m.role for m in writer]
     assert roles == ["user", "assistant"] * (len(roles) // 2) and len(roles) >= 2, roles
     assert writer[0].content.startswith("TASK write")
