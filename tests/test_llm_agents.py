@@ -126,7 +126,14 @@ def test_every_role_answers_a_real_model_with_a_validated_reply(clean, real_llm)
 def test_the_context_carries_core_memory_statistics_and_recall(clean, real_llm):
     settings = _llm_settings(clean, real_llm.url)
     agent = LLMAgent(settings, "writer")
-    agent.ask(Question(task="write", payload={"brief": {"concept": "a heron"}}, shape='{"prompt": str}', reply=DraftReply))
+    question = Question(task="write", payload={"brief": {"concept": "a heron"}}, shape='{"prompt": str}', reply=DraftReply)
+    for tries_left in reversed(range(3)):  # the model now and then rambles past its budget: a call that never
+        try:  # validated records nothing, and what is checked is the context, not the model
+            agent.ask(question)
+            break
+        except LLMReplyError:
+            if not tries_left:
+                raise
     assert agent.last is not None and agent.last.prompt_tokens > 0 and agent.last.completion_tokens > 0
     # the stable part first (what a prefix cache serves again), what every step rewrites in the call itself
     stable, now = system_prompt(settings, "writer"), changing_memory(settings, "writer")
