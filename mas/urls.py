@@ -151,6 +151,10 @@ class Sentinels:
     password: str | None
     db: int
 
+    def addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of each Sentinel, the default port filled in, as redis-py's `Sentinel` takes them."""
+        return [(server.host, server.port or SENTINEL_PORT) for server in self.servers]
+
 
 def sentinels(url: str) -> Sentinels:
     """Read a `sentinel://[user:pw@]host[:port][/db];sentinel://...` list (port 26379 by default)."""

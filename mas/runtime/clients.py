@@ -18,6 +18,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from mas import urls
 from mas.config import Settings
+from mas.errors import InvalidSettings
 from mas.singletons import per_process
 
 SENTINEL_TIMEOUT_S = 5
@@ -49,12 +50,20 @@ def sentinel_connection(settings: Settings) -> dict[str, Any]:
     }
 
 
+def master_name(settings: Settings) -> str:
+    """The name the Sentinels know the master by (the settings refuse a sentinel:// URL without it)."""
+    name = settings.broker.sentinel_master
+    if not name:
+        raise InvalidSettings("a sentinel:// URL needs MAS_REDIS_SENTINEL_MASTER")
+    return name
+
+
 def sentinel_options(settings: Settings, url: str) -> dict[str, Any]:
     """The transport options kombu's and Celery's Sentinel transport and result backend need for `url` (none for
     a URL that is not a Sentinel list): the master's name and how to log in to the Sentinels."""
     if not urls.is_sentinel(url):
         return {}
-    return {"master_name": settings.broker.sentinel_master, "sentinel_kwargs": sentinel_connection(settings)}
+    return {"master_name": master_name(settings), "sentinel_kwargs": sentinel_connection(settings)}
 
 
 def connect(settings: Settings, url: str, **options: Any) -> redis.Redis:
@@ -63,11 +72,9 @@ def connect(settings: Settings, url: str, **options: Any) -> redis.Redis:
     (socket timeouts, retry): TCP keepalives are left out for a unix socket."""
     if urls.is_sentinel(url):
         given = urls.sentinels(url)
-        sentinel = Sentinel(
-            [(server.host, server.port) for server in given.servers], sentinel_kwargs=sentinel_connection(settings)
-        )
+        sentinel = Sentinel(given.addresses(), sentinel_kwargs=sentinel_connection(settings))
         return sentinel.master_for(
-            settings.broker.sentinel_master,
+            master_name(settings),
             db=given.db,
             username=given.username,
             password=given.password,
