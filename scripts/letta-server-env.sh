@@ -38,7 +38,8 @@ rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
 "$PYTHON" -m venv "$VENV"
 VENV=$(cd "$VENV" && pwd)  # absolute from here on
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check uv hatchling
+# the tools that read the release's lock, pinned: the server's own packages come from that lock
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check uv==0.13.9 hatchling==1.33.0
 
 # the sdist (metadata prepared in place by hatchling: no isolated build environment to set up)
 "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
