@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
     try:
-        engine = db.ready_engine(settings)
+        engine = db.find(settings)
         memory = ArchivalMemory(settings)
         centroids = unit(rng.normal(size=(args.centroids, EMBEDDING_DIM)))
         queries = clustered_vectors(rng, centroids, args.queries, args.spread)

@@ -106,7 +106,6 @@ def main() -> None:
     from agents_bench import code_line, section, write_section
     from harness import command_line, machine, new_data_dir, remove_data_dir
 
-    from mas import db
     from tests.llm_server import MODEL_NAME, LocalLLM, unavailable_reason
     from tests.studio import IsolatedStudio
 
@@ -127,7 +126,6 @@ def main() -> None:
                     update={"agent_backend": "llm", "llm_url": server.url, "llm_model": MODEL_NAME,
                             "llm_context_chars": 2000, "llm_timeout_seconds": 300}
                 )
-                db.ready_engine(settings)
                 for n in range(1, args.rounds + 1):
                     for way, row in measure(settings, CONCEPTS).items():
                         results.append((n, way, row))

@@ -1,6 +1,6 @@
 """Three-host benchmark: one batch across three hosts without faults, then the same batch broken three ways.
 
-The studio of `tests/three_hosts.py`: Debian's redis-server, pgserver's PostgreSQL 16 + pgvector (a login
+The test harness's `Topology` of THREE_HOSTS (tests/harness/topology.py): Debian's redis-server, pgserver's PostgreSQL 16 + pgvector (a login
 role that is not a superuser) and a SeaweedFS bucket on host A with the gpu worker and beat; a cpu worker on
 each of hosts B and C (network namespaces, no shared filesystem); renders of 2 s and agent calls of 1 s
 (the preview renderer and the offline agents with simulated durations), every threshold scaled with them.
@@ -24,12 +24,12 @@ from pathlib import Path
 
 from harness import command_line, machine
 
-from tests.hosts import namespaces_available, postgres_available, redis_server_available
-from tests.three_hosts import CUT_S, REDIS_DOWN_S, SCALED, ThreeHosts
+from tests.harness.processes import hosts_unavailable
+from tests.harness.topology import CUT_S, REDIS_DOWN_S, SCALED, Topology
 
 
 def run(*, videos: int, faults: bool) -> dict:
-    with tempfile.TemporaryDirectory(prefix="mas-hosts-") as tmp, ThreeHosts(Path(tmp)) as studio:
+    with tempfile.TemporaryDirectory(prefix="mas-hosts-") as tmp, Topology(Path(tmp)) as studio:
         started = time.monotonic()
         batch_id = studio.enqueue(videos)
         recovery = studio.break_it(batch_id, videos) if faults else {}
@@ -79,9 +79,8 @@ def main() -> None:
     parser.add_argument("--videos", type=int, default=16)
     parser.add_argument("--output", type=Path, help="Write the report at the top of this file.")
     args = parser.parse_args()
-    for reason in (namespaces_available(), redis_server_available(), postgres_available()):
-        if reason:
-            raise SystemExit(reason)
+    if reasons := hosts_unavailable():
+        raise SystemExit("; ".join(reasons))
     calm = run(videos=args.videos, faults=False)
     broken = run(videos=args.videos, faults=True)
     text = report(videos=args.videos, calm=calm, broken=broken)

@@ -59,7 +59,7 @@ from mas.learning.ab_design import offer
 from mas.learning.promotion import served, tune_taste
 from mas.learning.taste import Option
 from mas.models import ABSelection, ABTest
-from tests.test_tuner import TINY, build_tiny_lm
+from tests.integration.test_tuner import TINY, build_tiny_lm
 
 WARMTH = {"crimson": 0.9, "orange": 1.0, "amber": 0.8, "gold": 0.6, "silver": -0.3, "purple": -0.4,
           "emerald": -0.6, "teal": -0.9}
@@ -511,6 +511,7 @@ def main(argv: list[str] | None = None) -> None:
     args.proposals, args.explore = settings.ab.proposals, settings.ab.explore  # the report says how they were shown
     started = time.perf_counter()
     try:
+        db.find(settings)  # this process's database, found once as a studio process finds it
         rows = [row for temperature in args.temperatures for seed in range(args.seeds)
                 for row in run_seed(settings, base, seed=seed, temperature=temperature, args=args)]
         args.output.write_text(report(rows, args, command=command, seconds=time.perf_counter() - started))

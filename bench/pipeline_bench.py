@@ -571,7 +571,7 @@ COMPONENTS = [  # (file suffix, function, label) of the parts of write_prompt wo
     ("mas/memory/recall.py", "append", "recall.append writer (own transaction, buffer lock, eviction)"),
     ("mas/pipeline/states.py", "transition", "states.transition"),
     ("mas/agents/offline.py", "write", "OfflineWriter.write"),
-    ("mas/db.py", "ready_engine", "db.ready_engine (per session_scope)"),
+    ("mas/db.py", "ready_engine", "db.ready_engine (per session_scope: the engine found at start)"),
     ("mas/db.py", "session_scope", "session_scope generator: setup + commit (cProfile counts 2 entries a session)"),
 ]
 
@@ -678,8 +678,8 @@ def profile_write_prompt(settings, calls: int) -> dict:
     # Where the time goes inside, by function (cumulative), under cProfile on fresh planned videos.
     out["components"] = profile_components(write_prompt, make_videos(settings, calls, distinct=False,
                                                                      label="profile-cprofile"))
-    # What every session_scope pays before any SQL: db.ready_engine -> services.database_url, which for
-    # the embedded server reads postmaster.pid and asks psutil whether the postmaster runs, each time.
+    # What every session_scope pays before any SQL: db.ready_engine, the engine of the database found at
+    # start (`db.find`): a lookup, no pid file read.
     reps = 500
     t = time.perf_counter()
     for _ in range(reps):
@@ -868,8 +868,8 @@ def report(args, command: str, probe: PlanResult | None, plan: PlanResult, purge
             "",
             f"Archival search pieces: one MiniLM embedding of a new short text {profile['embed_one_ms']:.1f} ms; "
             f"`search_by_vector(tags=['success'], limit=1)` {profile['search_by_vector_ms']:.1f} ms. "
-            f"Every `session_scope` first resolves the engine (`db.ready_engine` -> `services.database_url`: "
-            f"reads postmaster.pid, psutil check): {profile['ready_engine_ms']:.2f} ms a call; an empty "
+            f"Every `session_scope` first takes the engine found at start (`db.ready_engine`, a lookup): "
+            f"{profile['ready_engine_ms']:.2f} ms a call; an empty "
             f"`session_scope` costs {profile['empty_session_ms']:.2f} ms.",
         ]
     lines.append(END)
@@ -921,7 +921,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(f"starting embedded services in a temporary data dir ({data_dir.name})", flush=True)
         services.up(settings)
-        db.ready_engine(settings)
+        db.find(settings)
         events = EventLog(app)
         events.start()
         if args.archival_passages:
@@ -978,7 +978,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.keep_logs:
             shutil.copytree(log_dir, Path.cwd() / "pipeline-bench-logs", dirs_exist_ok=True)
         with contextlib.suppress(Exception):
-            db.engine(settings, start=False).dispose()
+            db.ready_engine(settings).dispose()
         stopped = services.down(settings)
         print(f"stopped: {', '.join(stopped) or 'nothing'}", flush=True)
         shutil.rmtree(data_dir, ignore_errors=True)

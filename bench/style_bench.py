@@ -1,11 +1,17 @@
 """How well the studio understands its user's words, on a labelled set of its own (`bench/style_labels/`).
 
-Feedbacks (`feedbacks.json`: what each likes and rules out, in English words, whatever its language) are
-read by each reader and stored as `mas style` stores them (`Style.learned`, the Director's checks of a
-model's reading included); what is stored is compared with the label: precision and recall of liked and
-of ruled-out items, polarity inversions (an item stored liked that the label rules out, or the reverse; a colour of
-a family the label names only on the other side counts: "without violet" stored as liked amethyst),
-and the share of feedbacks stored exactly as labelled. Readers:
+The labelled sets are split in two, fixed by a hash of each sentence (`part`): a tuning part, the only one
+cue lists and thresholds are set on, and a test part, reported by construction class. `test_feedbacks.json`
+is test only: sentences written for the classes the reader once guessed on (swap, tense, double negative,
+idiom, loanword, languages it has no word list for), none of them a variant of a tuning sentence.
+
+Feedbacks (what each likes and rules out, in English words, whatever its language) are read by each reader
+and stored as `mas style` stores them (`Style.learned`); what is stored is compared with the label: precision
+and recall of liked and of ruled-out items, polarity inversions (an item stored liked that the label rules
+out, or the reverse; a colour of a family the label names only on the other side counts: "without violet"
+stored as liked amethyst), and each feedback's outcome: stored as labelled, not understood (nothing wrong
+stored, and the reader said what it did not understand), or wrong (inverted, or an item stored or left out
+without a word). A model reader's disagreements with the studio's own reader are counted. Readers:
 
 - `studio`: the studio's own reader (the offline backend, and the fallback of the model-backed ones);
 - `labelled`: a stand-in model that answers each feedback with its labelled reading, through the same
@@ -17,13 +23,14 @@ Prompts (`prompts.json`: a prompt, the style it is judged against, whether it ca
 whether it names a ruled-out one) are checked by `mas.agents.style_check` with the MiniLM model: good prompts
 refused (false refusals), bad English prompts let through (misses), foreign prompts left unchecked.
 
-    python bench/style_bench.py                                  # studio, labelled; prompts
+    python bench/style_bench.py --part tune --verbose            # what the rules may be tuned on
     python bench/style_bench.py --readers studio,labelled,smollm2,gemma3 --output bench/RESULTS-style.md
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import time
@@ -48,6 +55,34 @@ from tests.llm_server import VERSION as LLM_VERSION
 LABELS = ROOT / "bench" / "style_labels"
 Reader = Callable[[str], Reading]
 
+TEST_SHARE = 3
+"""One sentence in this many is in the test part (by its hash)."""
+
+
+def part(text: str) -> str:
+    """ "test" or "tune", fixed by a hash of the sentence: no choice of the person tuning moves one."""
+    return "test" if int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % TEST_SHARE == 0 else "tune"
+
+
+def load(kind: str, which: str) -> list[dict]:
+    """The labelled `kind` (feedbacks, prompts) of one part; the test part also has `test_<kind>.json`."""
+    entries = [
+        e
+        for name in (f"{kind}.json", f"holdout_{kind}.json")
+        for e in json.loads((LABELS / name).read_text())
+        if part(e.get("feedback") or e["prompt"]) == which
+    ]
+    extra = LABELS / f"test_{kind}.json"
+    if which == "test" and extra.exists():
+        entries += [{**e, "new": True} for e in json.loads(extra.read_text())]
+    return entries
+
+
+def classes(entry: dict) -> list[str]:
+    """The construction classes a feedback is counted under: its kinds, and its language when not English."""
+    kinds = [k for k in entry["kinds"] if k != "foreign"]
+    return [*kinds, f"language: {entry['lang']}"] if entry["lang"] != "en" else kinds
+
 
 def labelled(entry: dict) -> list[StyleItem]:
     return [
@@ -70,6 +105,9 @@ def _inverted(stored: StyleItem, label: StyleItem) -> bool:
     return stored.liked != label.liked and (_same_words(stored, label) or stored.contradicts(label))
 
 
+OUTCOMES = ("as labelled", "not understood", "wrong", "inverted")
+
+
 @dataclass
 class Score:
     """Counts over feedbacks, per polarity."""
@@ -83,26 +121,51 @@ class Score:
     by_model: int = 0
     wrong: list[str] = field(default_factory=list)
     unanswered: list[str] = field(default_factory=list)
+    unread: int = 0
+    disagreed: int = 0
+    by_class: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def add(self, feedback: str, stored: list[StyleItem], label: list[StyleItem], source: str) -> None:
+    def add(self, entry: dict, stored: list[StyleItem], label: list[StyleItem], reading: Reading) -> str:
+        """Counts one feedback; its outcome: "as labelled", "not understood", "wrong" or "inverted"."""
+        feedback = entry["feedback"]
         self.feedbacks += 1
-        self.by_model += source == "model"
+        self.by_model += reading.source == "model" and bool(reading.items or not reading.not_understood)
+        self.disagreed += bool(reading.disagreements)
         exact = len(stored) == len(label)
+        stray = inverted = False
         for item in stored:
             self.stored[item.liked] += 1
-            if any(_same_words(item, x) and x.liked == item.liked for x in label):
+            right = any(_same_words(item, x) and x.liked == item.liked for x in label)
+            if right:
                 self.right[item.liked] += 1
             else:
-                exact = False
-            if any(_inverted(item, x) for x in label) or colour_families(item.words) & one_sided_families(
-                label, liked=not item.liked
-            ):  # "without violet" stored as liked amethyst
+                exact, stray = False, True
+            # "without violet" stored as liked amethyst; "no yellow, but gold" stored as labelled is none
+            if not right and (
+                any(_inverted(item, x) for x in label)
+                or colour_families(item.words) & one_sided_families(label, liked=not item.liked)
+            ):
+                inverted = True
                 self.inversions.append(f"{feedback!r}: {item.words} stored {'liked' if item.liked else 'ruled out'}")
         for item in label:
             self.labelled[item.liked] += 1
+        if exact:
+            outcome = "as labelled"
+        elif inverted:
+            outcome = "inverted"
+        elif not stray and reading.not_understood:
+            outcome = "not understood"
+        else:
+            outcome = "wrong"
         if not exact:
-            self.wrong.append(f"{feedback!r}: stored {_show(stored)}; label {_show(label)}")
+            said = "; not understood: " + " | ".join(reading.not_understood)
+            self.wrong.append(f"{outcome}: {feedback!r}: stored {_show(stored)}; label {_show(label)}{said}")
         self.exact += exact
+        self.unread += outcome == "not understood"
+        for name in classes(entry):
+            counts = self.by_class.setdefault(name, dict.fromkeys(OUTCOMES, 0))
+            counts[outcome] += 1
+        return outcome
 
     def figures(self) -> dict:
         def ratio(n: int, d: int) -> float | None:
@@ -117,6 +180,8 @@ class Score:
             "ruled-out recall": ratio(self.right[False], self.labelled[False]),
             "polarity inversions": len(self.inversions),
             "stored as labelled": ratio(self.exact, self.feedbacks),
+            "not understood": self.unread,
+            "disagreed": self.disagreed,
             "unanswered": len(self.unanswered),
         }
 
@@ -136,7 +201,7 @@ def score_reader(read: Reader, feedbacks: list[dict]) -> dict[str, Score]:
             scores[group].unanswered.append(f"{entry['feedback']!r}: {error}")
             continue
         stored, _ = Style().learned(reading.items)
-        scores[group].add(entry["feedback"], list(stored.items), labelled(entry), reading.source)
+        scores[group].add(entry, list(stored.items), labelled(entry), reading)
     return scores
 
 
@@ -192,6 +257,11 @@ def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None) -> d
     return {"good": good, "bad_en": bad_en, "unchecked": unchecked, "notes": notes}
 
 
+def studio_reading(feedback: str) -> Reading:
+    understood = style_reader.understand(feedback)
+    return Reading(items=understood.items, source="studio", not_understood=[u.text for u in understood.not_understood])
+
+
 def model_reader(name: str) -> tuple[Reader, Callable[[], None]]:
     """A real model's reader: the llm backend's Director over llama.cpp, in a studio of its own."""
     from harness import new_data_dir, remove_data_dir
@@ -227,9 +297,9 @@ def model_reader(name: str) -> tuple[Reader, Callable[[], None]]:
 def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[str, float]) -> list[str]:
     lines = [
         "| reader | feedbacks read | read by the model | liked P / R | ruled-out P / R | inversions | as labelled "
-        "| unanswered |"
+        "| not understood | disagreed with the studio's reader | unanswered |"
     ]
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for name, groups in readers.items():
         for group, score in groups.items():
             f = score.figures()
@@ -237,21 +307,49 @@ def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[s
             lines.append(
                 f"| {name} ({group}) | {f['feedbacks']} | {f['read by the model']} | {f['liked precision']} / "
                 f"{f['liked recall']} | {f['ruled-out precision']} / {f['ruled-out recall']} | "
-                f"{f['polarity inversions']} | {f['stored as labelled']} | {f['unanswered']} |"
+                f"{f['polarity inversions']} | {f['stored as labelled']} | {f['not understood']} | "
+                f"{f['disagreed']} | {f['unanswered']} |"
             )
     lines += ["", "Reading wall time: " + ", ".join(f"{n} {w:.0f} s" for n, w in walls.items()), ""]
+    lines += by_class(readers)
     good, bad, unchecked = prompts["good"], prompts["bad_en"], prompts["unchecked"]
     lines += [
         "| prompts | figure |",
         "|---|---|",
         f"| good English prompts refused | {good['en'][0]} of {good['en'][1]} |",
         f"| good foreign prompts refused | {good['foreign'][0]} of {good['foreign'][1]} |",
-        f"| foreign prompts left unchecked (the model's prompt stands) | {unchecked['foreign']} |",
+        f"| foreign prompts the studio's checks cannot read (a model checks them; without one: unchecked) | "
+        f"{unchecked['foreign']} |",
         f"| English prompts left unchecked | {unchecked['en']} |",
         f"| bad English prompts caught | {bad['any'][0]} of {bad['any'][1]} |",
         f"| ... missing a liked item: the miss found | {bad['missing'][0]} of {bad['missing'][1]} |",
         f"| ... naming a ruled-out item: found | {bad['names'][0]} of {bad['names'][1]} |",
     ]
+    return lines
+
+
+def by_class(readers: dict[str, dict[str, Score]]) -> list[str]:
+    """Each reader's outcomes by construction class: feedbacks stored as labelled / not understood / wrong
+    (of which inverted)."""
+    lines = []
+    for name, groups in readers.items():
+        merged: dict[str, dict[str, int]] = {}
+        for score in groups.values():
+            for cls, counts in score.by_class.items():
+                into = merged.setdefault(cls, dict.fromkeys(OUTCOMES, 0))
+                for k, v in counts.items():
+                    into[k] += v
+        lines += [
+            f"| {name}: class | feedbacks | as labelled | not understood | wrong | of which inverted |",
+            "|---|---|---|---|---|---|",
+        ]
+        for cls in sorted(merged, key=lambda c: (c.startswith("language"), c)):
+            c = merged[cls]
+            wrong = c["wrong"] + c["inverted"]
+            lines.append(
+                f"| {cls} | {sum(c.values())} | {c['as labelled']} | {c['not understood']} | {wrong} | {c['inverted']} |"
+            )
+        lines.append("")
     return lines
 
 
@@ -264,16 +362,16 @@ def main() -> None:
         "--model-every", type=int, default=1, help="real models read every Nth feedback (a model call is seconds)"
     )
     parser.add_argument("--sweep", action="store_true", help="the prompt figures at other embedding thresholds")
-    parser.add_argument("--set", default="", help='"holdout": the held-out files (written apart, never tuned on)')
+    parser.add_argument(
+        "--part", choices=("tune", "test"), default="test", help="tune: the only part rules may be set on"
+    )
     args = parser.parse_args()
-    prefix = f"{args.set}_" if args.set else ""
-    feedbacks = json.loads((LABELS / f"{prefix}feedbacks.json").read_text())
-    prompts = json.loads((LABELS / f"{prefix}prompts.json").read_text())
+    feedbacks, prompts = load("feedbacks", args.part), load("prompts", args.part)
     scores, walls = {}, {}
     for name in args.readers.split(","):
         close: Callable[[], None] = lambda: None  # noqa: E731
         if name == "studio":
-            read: Reader = lambda f: Reading(items=style_reader.read(f), source="studio")  # noqa: E731
+            read: Reader = studio_reading
         elif name == "labelled":
             read = AskingDirector(LabelledModel(feedbacks)).read_style
         else:
@@ -292,6 +390,7 @@ def main() -> None:
     checked = score_prompts(prompts, meaning)
     sweep: list[str] = []
     themes: list[str] = []
+    phrases: list[str] = []
     if args.sweep:  # how the embedding thresholds were set: every pair, on this set's prompts
         chosen = style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY
         for carries in (0.5, 0.55, 0.6, 0.62, 0.65, 0.7):
@@ -311,14 +410,23 @@ def main() -> None:
                 f"| {at} | {r['good']['en'][0]} of {r['good']['en'][1]} | {r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
             )
         style_check.THEME_SIMILARITY = theme
+        phrase = style_check.PHRASE_SIMILARITY
+        for at in (0.3, 0.4, 0.45, 0.5, 0.55, 0.6):
+            style_check.PHRASE_SIMILARITY = at
+            r = score_prompts(prompts, meaning)
+            phrases.append(
+                f"| {at} | {r['good']['en'][0]} of {r['good']['en'][1]} | {r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
+            )
+        style_check.PHRASE_SIMILARITY = phrase
     if args.verbose:
         print("--- prompts", *checked["notes"], sep="\n")
     lines = [
-        "# Style understanding on the labelled set",
+        f"# Style understanding on the labelled set: the {args.part} part",
         "",
         f"`{command_line('bench/style_bench.py')}`: {machine()}.",
         provenance({"llama-cpp-python": LLM_VERSION}) + ".",
-        f"{len(feedbacks)} feedbacks, {len(prompts)} prompts (`bench/style_labels/{prefix}*.json`).",
+        f"The {args.part} part: {len(feedbacks)} feedbacks ({sum('new' in e for e in feedbacks)} of them new "
+        f"test sentences), {len(prompts)} prompts (`bench/style_labels/`, split by `part`).",
         f"Real models read every {args.model_every}th feedback (a call takes seconds on 2 cores)."
         if set(scores) - {"studio", "labelled"}
         else "No real model in this run (`--readers smollm2,gemma3` reads with them).",
@@ -335,6 +443,10 @@ def main() -> None:
             "| a theme carried at | good English refused | bad English caught |",
             "|---|---|---|",
             *themes,
+            "",
+            "| a ruled-out phrase named at | good English refused | bad English caught |",
+            "|---|---|---|",
+            *phrases,
         ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -17,7 +17,7 @@ from celery.signals import worker_ready
 
 from mas import names
 from mas.config import Settings
-from mas.pipeline import leases
+from mas.pipeline import leases, rows
 from mas.storage import storage
 
 log = logging.getLogger(__name__)
@@ -25,17 +25,28 @@ log = logging.getLogger(__name__)
 _KEY = re.compile(rf"\.([0-9a-f]{{{leases.KEY_CHARS}}})\.partial\.")
 
 
+CLEANUP_JOB = "cleanup"
+"""The clean-up in `mas.pipeline.rows`: a file that cannot be removed is marked, tried again, then parked."""
+
+
 def remove_partial_renders(settings: Settings) -> int:
     """Remove the partial files of renders that no live lease runs; one without a key once it is older
-    than the longest render. Returns how many were removed."""
+    than the longest render. One file at a time: one that cannot be removed is marked and skipped. Returns how
+    many were removed."""
     live = leases.live_keys(settings)
     cutoff = time.time() - settings.gpu.max_render_seconds
-    removed = 0
-    for path in storage(settings).staging_root.glob("batch-*/*.partial.*"):
+    root = storage(settings).staging_root
+
+    def remove(name: str) -> bool:
+        path = root / name
         found = _KEY.search(path.name)
-        if (found.group(1) not in live) if found else path.stat().st_mtime < cutoff:
+        if (found.group(1) not in live) if found else path.lstat().st_mtime < cutoff:
             path.unlink(missing_ok=True)
-            removed += 1
+            return True
+        return False
+
+    partials = sorted(str(path.relative_to(root)) for path in root.glob("batch-*/*.partial.*"))
+    removed = sum(rows.each(settings, CLEANUP_JOB, partials, remove).done.values())
     if removed:
         log.info("removed %d partial render file(s) of runs that ended", removed)
     return removed

@@ -39,9 +39,10 @@ from mas.db import session_scope
 from mas.domain.steps import BY_NAME
 from mas.errors import RetryableError
 from mas.models import Attempt, Video
-from mas.pipeline import states
+from mas.pipeline import rows, states
 from mas.pipeline.runner import Outcome, StepRun, priority_of, step_task
 from mas.runtime.clients import redis_client
+from mas.runtime.failover import DATABASE_AWAY
 from mas.storage import local_copy, storage, video_key
 from mas.video import VideoUnreadable, check_video
 
@@ -69,8 +70,8 @@ def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
     from mas.learning.promotion import users_with_picks
 
     settings = self.app.settings
-    reports = []
-    for name in [user] if user else users_with_picks(settings):
+
+    def tune_one(name: str) -> dict:
         turn = partial(
             gpu_turns(settings).turn,
             what=f"DPO training for {name}",
@@ -79,8 +80,17 @@ def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
         )
         report = run_tuner(settings.for_user(name), dry_run=dry_run, gpu_turn=turn)
         log.info("tune %s: %s%s", name, report.taste.reason + " " if report.taste else "", report.reason)
-        reports.append(asdict(report))
-    return {"reports": reports}
+        return asdict(report)
+
+    if user:
+        return {"reports": [tune_one(user)], "failed": {}}
+    # every user, one at a time: a user whose picks cannot be used is marked and skipped, the others tuned
+    ran = rows.each(settings, TUNING_JOB, users_with_picks(settings), tune_one)
+    return {"reports": list(ran.done.values()), "failed": ran.failed}
+
+
+TUNING_JOB = "tuning"
+"""The nightly tune in `mas.pipeline.rows`: one user's tune that fails is marked, tried again, then parked."""
 
 
 RECENT_TURNS = 200
@@ -223,16 +233,25 @@ def _forget_render(settings, video_id: int, attempt: int) -> None:
 
 
 def _stop_when_cancelled(settings, video_id: int, *, every_s: float = 1.0):
-    """`should_stop` for a backend: True once the video is cancelled (asked of Postgres at most once a second)."""
-    asked_at, stop = 0.0, False
+    """`should_stop` for a backend: True once the video is cancelled (asked of Postgres at most once a second).
+    A database that does not answer (a restart, a failover) leaves the answer unknown and the render going on:
+    its record waits for the database (`mas.pipeline.runner`), and a cancel is seen at the next answer."""
+    asked_at, stop, away = 0.0, False, False
 
     def should_stop() -> bool:
-        nonlocal asked_at, stop
+        nonlocal asked_at, stop, away
         now = time.monotonic()
         if not stop and now - asked_at >= every_s:
             asked_at = now
-            with session_scope(settings) as session:
-                stop = states.cancelled(session, video_id)
+            try:
+                with session_scope(settings) as session:
+                    stop = states.cancelled(session, video_id)
+            except DATABASE_AWAY as exc:
+                if not away:  # once per outage
+                    log.warning("render of video %s goes on: cannot ask whether it was cancelled: %s", video_id, exc)
+                away = True
+            else:
+                away = False
         return stop
 
     return should_stop

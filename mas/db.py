@@ -1,15 +1,17 @@
 """Engine, sessions and schema migrations.
 
-The schema is applied by Alembic on `mas up` and on first use by any command or worker, under a
-PostgreSQL advisory lock so several workers starting at once migrate exactly once.
+A process finds its database once, when it starts (`find`: a command, a worker, the gallery), and brings the
+schema up to date with Alembic then, under a PostgreSQL advisory lock so several workers starting at once
+migrate exactly once; a session opens on what was found.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,10 +27,19 @@ from mas.singletons import per_process
 if TYPE_CHECKING:
     from alembic.config import Config
 
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0015"
 """The newest migration. A process that finds the database there skips alembic: importing it and reading every
 migration cost each new process (a command, a pool process) about half a second of a core. Raise it with each
 new migration; a fast-tier test holds it to alembic's head."""
+
+MAX_ROW_ID = 2**31 - 1
+"""The largest id a table's key (a PostgreSQL integer) can hold."""
+
+
+def is_row_id(value: int) -> bool:
+    """Whether `value` can be a row's id (keys count from 1): any other id a client sends is simply not found,
+    asked of no database (where one out of the column's range would be an error, not an answer)."""
+    return 0 < value <= MAX_ROW_ID
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
@@ -79,11 +90,19 @@ def _engine(url: str, keepalive_s: int) -> sa.Engine:
     )
 
 
-def engine(settings: Settings, *, start: bool = True) -> sa.Engine:
-    """The engine for this settings' database (embedded server started if `start`), one per process and
-    address: the embedded server's address is asked each time, as a restart may move it. A configured URL may
+def find(settings: Settings, *, start: bool = True) -> sa.Engine:
+    """Find the database when a process starts (a worker, a command, the gallery): the configured one, or the
+    embedded server (started if `start`); check it answers and bring its schema up to date. Every later
+    `ready_engine` and `session_scope` of this process, and of the pool processes it forks, uses what was
+    found here."""
+    return _migrated(_engine(services.database_url(settings, start=start), settings.database.keepalive_seconds))
+
+
+def ready_engine(settings: Settings) -> sa.Engine:
+    """The engine of the database this process found when it started (`find`), one per process and address. It
+    looks for no server: a process that never found its database gets `DatabaseNotFound`. A configured URL may
     name a primary and its standbys (`mas.urls`): the engine's connections go to whichever is the primary."""
-    return _engine(services.database_url(settings, start=start), settings.database.keepalive_seconds)
+    return _engine(services.found_database_url(settings), settings.database.keepalive_seconds)
 
 
 def primary(settings: Settings) -> str | None:
@@ -91,7 +110,7 @@ def primary(settings: Settings) -> str | None:
     primary and its standbys: the primary); None for one server."""
     if len(urls.database_servers(settings.database.url or "")) < 2:
         return None
-    with engine(settings, start=False).connect() as conn:
+    with ready_engine(settings).connect() as conn:
         info = conn.connection.dbapi_connection.info  # type: ignore[union-attr]
         return str(urls.Server(info.host, info.port))
 
@@ -148,11 +167,6 @@ def downgrade(eng: sa.Engine, revision: str = "base") -> None:
         command.downgrade(alembic_config(conn), revision)
 
 
-def ready_engine(settings: Settings) -> sa.Engine:
-    """An engine whose schema is current: reachable, migrated (once per process)."""
-    return _migrated(engine(settings))
-
-
 @per_process(key=lambda eng: str(eng.url))
 def _migrated(eng: sa.Engine) -> sa.Engine:
     check_connection(eng)
@@ -171,7 +185,8 @@ def schema_revision(eng: sa.Engine) -> str | None:
 
 @contextmanager
 def session_scope(settings: Settings) -> Iterator[Session]:
-    """A transaction: committed on success, rolled back on any error."""
+    """A transaction on the database this process found at start: committed on success, rolled back on any
+    error. It only opens a session: it never looks for the server or starts one."""
     maker = sessionmaker(bind=ready_engine(settings), expire_on_commit=False)
     with maker.begin() as session:
         yield session
@@ -180,3 +195,15 @@ def session_scope(settings: Settings) -> Iterator[Session]:
 def rows_changed(session: Session, statement: sa.Executable) -> int:
     """How many rows an UPDATE or DELETE changed (the guard of a conditional move)."""
     return cast(sa.CursorResult, session.execute(statement)).rowcount
+
+
+READABLE_TIMES = (datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC))
+"""The times Python holds, a day inside either end: PostgreSQL keeps others (4713 BC to 294276 AD)."""
+
+
+def readable(
+    column: sa.ColumnElement[datetime] | sa.orm.InstrumentedAttribute[Any],
+) -> sa.ColumnElement[datetime | None]:
+    """`column` where Python can hold it, else NULL: a listing shows such a row (as its text) instead of failing on
+    it ("timestamp too small")."""
+    return sa.case((column.between(*READABLE_TIMES), column), else_=sa.null())

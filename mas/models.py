@@ -76,6 +76,7 @@ class Batch(Base):
     failure_reason: Mapped[str | None] = mapped_column(Text)
     user_name: Mapped[str] = _user_column()
     notify_url: Mapped[str | None] = mapped_column(Text)  # this request's webhook (`--notify`), beside the studio's
+    style: Mapped[dict | None] = mapped_column(JSONB)  # the style its plan applies (`style_book.applied`)
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
 
@@ -463,3 +464,33 @@ class FairPass(Base):
 
     user_name: Mapped[str] = mapped_column(String(40), primary_key=True)
     pass_value: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class StyleItemRow(Base):
+    """One item of a user's style (`mas.learning.style_book`): liked or ruled out, where it came from and what
+    it was before each change (oldest first). The `user_style` block is written from these."""
+
+    __tablename__ = "style_items"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_name: Mapped[str] = _user_column()
+    aspect: Mapped[str] = mapped_column(String(16))
+    words: Mapped[str] = mapped_column(Text)
+    polarity: Mapped[str] = mapped_column(String(16))  # liked | ruled_out
+    source: Mapped[str] = mapped_column(String(16))  # `mas.learning.style_book.SOURCES`
+    feedback: Mapped[str] = mapped_column(Text, default="")
+    history: Mapped[list] = mapped_column(JSONB, default=list)
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class StyleFeedback(Base):
+    """A user's style feedback as it was read: by whom, and the clauses not understood (shown, never enforced)."""
+
+    __tablename__ = "style_feedback"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_name: Mapped[str] = _user_column()
+    feedback: Mapped[str] = mapped_column(Text)
+    reader: Mapped[str] = mapped_column(String(16))  # studio | model
+    not_understood: Mapped[list] = mapped_column(JSONB, default=list)
+    created_at: Mapped[datetime] = _now_column()

@@ -49,6 +49,7 @@ PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 # --- tasks ----------------------------------------------------------------------------------------------
 
 TASK_PACKAGES = (
+    "tasks.startup",
     "tasks.health",
     "tasks.pipeline",
     "tasks.sleeptime",
@@ -107,6 +108,12 @@ def progress_channel(user: str) -> str:
 def deliveries_key(task_id: str, retries: int) -> str:
     """Counter of deliveries of one run of a task (Redis keeps no delivery count of its own)."""
     return f"mas:deliveries:{task_id}:{retries}"
+
+
+def login_failures_key(kind: str, who: str) -> str:
+    """Counter of the failed logins in the current window of one user name (`kind` "user") or one client address
+    ("address"), named by a digest: a name a client sends may be long or anything at all."""
+    return f"mas:login-failures:{kind}:{hashlib.sha256(who.encode(errors='replace')).hexdigest()[:32]}"
 
 
 # --- PostgreSQL advisory locks (see mas.locks) ----------------------------------------------------------

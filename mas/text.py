@@ -75,3 +75,21 @@ def check_storable(value: Any, what: str) -> None:
     if any("\x00" in text for text in _strings(value)):
         raise InvalidInput(f"{what} contains a NUL character, which cannot be stored; remove it")
     check_unicode(value, what)
+
+
+EDGE_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""The control characters no field a client sends may hold: NUL and the other C0 controls but tab and line
+breaks, and DEL."""
+
+
+def check_plain(text: str, what: str) -> str:
+    """Refuse text a client sent with a control character or a lone surrogate, naming `what` it was and where:
+    no field of the studio means one, PostgreSQL cannot store NUL, and a terminal would obey the rest. Returns
+    `text` (a validator of the API's bodies)."""
+    bad = EDGE_CONTROL.search(text) or SURROGATE.search(text)
+    if bad:
+        raise InvalidInput(
+            f"{what} contains U+{ord(bad.group()):04X} at character {bad.start() + 1}, a control character or a "
+            "lone surrogate, which no field takes; remove it"
+        )
+    return text

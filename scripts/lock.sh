@@ -28,14 +28,20 @@ PY="$work/venv/bin/python"
     "$PY" -m pip freeze --all --exclude-editable --disable-pip-version-check | grep -v -i -E '^(mas|setuptools|wheel)=='
 } > "$work/studio.txt"
 
-(
+# the new lock in place for the checks (its own test reads it), the old one back if they fail
+cp lock/studio.txt "$work/studio.old"
+cp "$work/studio.txt" lock/studio.txt
+if ! (
     . "$work/venv/bin/activate"
     ruff check mas tasks gpu beat_schedule.py tests bench
     ruff format --check mas tasks gpu beat_schedule.py
     mypy
     python -m pytest -q -p no:cacheprovider tests/unit
-)
-cp "$work/studio.txt" lock/studio.txt
+); then
+    cp "$work/studio.old" lock/studio.txt
+    echo "lock: the checks failed on the fresh resolution; lock/studio.txt left as it was" >&2
+    exit 1
+fi
 echo "lock: lock/studio.txt written ($(grep -c '==' lock/studio.txt) packages); the fast tier passed on it"
 
 if [[ "${1:-}" == "--servers" ]]; then

@@ -7,21 +7,26 @@ from celery import shared_task
 from mas import names
 from mas.memory import recall
 from mas.outbox import eventlog
-from mas.pipeline import production
+from mas.pipeline import production, rows
 from mas.pipeline.outcomes import LOST_CONNECTION
 from mas.runtime.app import StudioTask
 from tasks import recovery
+
+BUFFERS_JOB = "buffers"
+"""Buffer maintenance in `mas.pipeline.rows`: one agent's buffer that cannot be maintained is marked, then parked."""
 
 
 @shared_task(name=names.MAINTAIN_BUFFERS, bind=True)
 def maintain_buffers(self) -> list[dict]:
     """Maintenance v3 on every agent's message buffer: summarize at WARN, reset at CRITICAL/EMERGENCY.
 
-    The studio's own buffers always; the agents on the Letta server too when that backend is on.
+    The studio's own buffers always, one at a time (a buffer that fails is marked and skipped); the agents on
+    the Letta server too when that backend is on.
     """
     settings = self.app.settings
-    actions = recall.maintain(settings)
-    if settings.agents.backend == "letta":
+    ran = rows.each(settings, BUFFERS_JOB, recall.known(settings), lambda agent: recall.maintain_agent(settings, agent))
+    actions = list(ran.done.values())
+    if settings.agents.backend == "letta":  # one Letta agent failing never stops the others there either
         from mas.agents.letta import maintain
 
         actions += maintain(settings)

@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 from mas import agents, names
 from mas.agents import style_check
 from mas.agents.meaning import StudioMeaning
-from mas.agents.roles import Draft, Plan, PlannedVideo, Verdict, WriterBrief
+from mas.agents.roles import Draft, Plan, PlannedVideo, ReviewBrief, Verdict, WriterBrief
 from mas.agents.style import Style
 from mas.db import session_scope
 from mas.domain.steps import BY_NAME, FIRST, STARTS, STEP_STATES, StepPayload
-from mas.learning import ab_design, promotion
+from mas.learning import ab_design, promotion, style_book
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
 from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
@@ -63,10 +63,12 @@ def plan_batch(self, batch_id: int) -> dict:
         plan = ab_design.offer(proposals, count=request.count, settings=settings)
     else:
         plan = crew.director.plan(request, episodes_done=done, batch_id=batch_id)
+    style = style_book.applied(blocks.read(settings, "user_style"))  # what its prompts are written against
     with session_scope(settings) as session:
         batch = session.execute(sa.select(Batch).where(Batch.id == batch_id).with_for_update()).scalar_one()
         if batch.status != BatchStatus.queued:
             raise Ignore()  # planned by another delivery meanwhile, or cancelled
+        batch.style = style
         if series_name is not None:
             _add_to_series(settings, session, batch, series_name, theme=request.theme, plan=plan)
         priority = batch_priority(batch)
@@ -87,7 +89,7 @@ def plan_batch(self, batch_id: int) -> dict:
         batch.status = BatchStatus.running
         video_ids = [v.id for v in videos]
         eventlog.batch_changed(
-            session, "batch.planned", batch, videos=video_ids, state=pacing.first_state(priority).value
+            session, "batch.planned", batch, videos=video_ids, state=pacing.first_state(priority).value, style=style
         )
         blocks.update(
             settings,
@@ -224,8 +226,11 @@ class Write:
     def work(self, run: StepRun, facts: VideoFacts) -> Written:
         brief = _brief(run.settings, facts, run.attempt, run.video_id)
         draft = agents.backend(run.settings, rank=promotion.ranker(run.settings)).writer.write(brief)
-        checked = style_check.check(draft.prompt, Style.of(brief.user_style), StudioMeaning(run.settings))
-        return Written(draft=draft, style_check=checked.as_json())
+        checked = (
+            draft.style_check
+            or style_check.check(draft.prompt, Style.of(brief.user_style), StudioMeaning(run.settings)).as_json()
+        )  # the writer's model checked a prompt the studio cannot read; else the studio checks it
+        return Written(draft=draft, style_check=checked)
 
     def record(self, run: StepRun, session: Session, video: Video, written: Written) -> Outcome:
         draft = written.draft
@@ -321,12 +326,14 @@ class Review:
     def work(self, run: StepRun, graded: Graded) -> Verdict:
         quality = blocks.read(run.settings, "quality_standards")
         verdict = agents.backend(run.settings).cameraman.review(
-            grade=graded.grade,
-            scores=graded.scores,
-            min_grade=quality["MIN_ACCEPTABLE_GRADE"],
-            attempt=run.attempt,
-            max_retries=quality["MAX_RETRIES"],
-            video_id=run.video_id,
+            ReviewBrief(
+                grade=graded.grade,
+                scores=graded.scores,
+                min_grade=quality["MIN_ACCEPTABLE_GRADE"],
+                attempt=run.attempt,
+                max_retries=quality["MAX_RETRIES"],
+                video_id=run.video_id,
+            )
         )
         # archived before the video moves on, so a finished batch has every attempt in archival memory
         _archive_attempt(run.settings, graded, verdict=verdict)

@@ -21,14 +21,14 @@ import sqlalchemy as sa
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
-from mas.domain.steps import BY_TASK, STEP_STATES, Step, StepPayload
+from mas.domain.steps import BY_TASK, STEP_STATES, StepPayload
 from mas.models import Batch, BatchStatus, Video
 from mas.names import Priority
-from mas.pipeline import leases, pacing
+from mas.pipeline import leases, pacing, rows
 from mas.pipeline.chains import send_released, video_chain
 from mas.pipeline.production import batch_priority, send_plan
 from mas.pipeline.runner import resume_point
-from mas.runtime.app import app_for, queue_keys
+from mas.runtime.app import Studio, app_for, queue_keys
 from mas.runtime.clients import redis_client
 
 log = logging.getLogger(__name__)
@@ -78,32 +78,49 @@ def live_work(settings: Settings, *, inspect_timeout: float = 1.0) -> Live:
     return live
 
 
-Lost = tuple[list[tuple[int, Priority]], list[tuple[Step, StepPayload, Priority]], set[int]]
+Lost = tuple[list[tuple[int, Priority]], list[int], set[int]]
 
 
 def _lost(settings: Settings, lost_before: datetime, *, unanswered: bool = False) -> Lost:
-    """Queued batches (id, priority) and unfinished videos of running batches (the step their state names,
-    its payload, priority) that nothing carries now, and the videos whose steps were taken over. `unanswered`:
-    first end the leases of workers that did not answer (`mas recover`)."""
+    """Queued batches (id, priority) and unfinished videos of running batches (ids) that nothing carries now,
+    and the videos whose steps were taken over. `unanswered`: first end the leases of workers that did not
+    answer (`mas recover`). Ids and flags only: a row that cannot be read fails its own re-send, not this."""
     live = live_work(settings)
     taken_over = leases.expire_unanswered(settings, live.workers) if unanswered else set()
     alive, dead, last_step = leases.running(settings), leases.dead(settings), leases.last_activity(settings)
     with session_scope(settings) as session:
-        queued = session.scalars(
-            sa.select(Batch).where(Batch.status == BatchStatus.queued, Batch.created_at <= lost_before)
+        queued = session.execute(
+            sa.select(Batch.id, Batch.priority).where(
+                Batch.status == BatchStatus.queued, Batch.created_at <= lost_before
+            )
         ).all()
-        unfinished = session.scalars(
-            sa.select(Video).join(Batch).where(Video.state.in_(list(STEP_STATES)), Batch.status == BatchStatus.running)
+        unfinished = session.execute(
+            sa.select(Video.id, Video.updated_at <= lost_before)
+            .join(Batch)
+            .where(Video.state.in_(list(STEP_STATES)), Batch.status == BatchStatus.running)
         ).all()
-        resend = [
-            (*resume_point(video), batch_priority(video.batch))
-            for video in unfinished
-            if video.id not in live.videos
-            and video.id not in alive
-            and (video.id in dead or max(video.updated_at, last_step.get(video.id, video.updated_at)) <= lost_before)
-        ]
-        replan = [(b.id, batch_priority(b)) for b in queued if b.id not in live.batches]
+    resend = [
+        video_id
+        for video_id, still in unfinished
+        if video_id not in live.videos
+        and video_id not in alive
+        and (video_id in dead or (still and last_step.get(video_id, lost_before) <= lost_before))
+    ]
+    replan = [(batch_id, priority) for batch_id, priority in queued if batch_id not in live.batches]
     return replan, resend, taken_over
+
+
+REPLAN_JOB, RESEND_JOB = "replan", "resend"
+"""Reconcile's jobs in `mas.pipeline.rows`: a batch or a video that cannot be sent again is marked, then parked."""
+
+
+def _resend(settings: Settings, app: Studio, video_id: int) -> None:
+    """Send a lost video's chain again from the step its state names."""
+    with session_scope(settings) as session:
+        video = session.get_one(Video, video_id)
+        step, payload = resume_point(video)
+        priority = batch_priority(video.batch)
+    video_chain(app, payload, start=step, priority=priority).apply_async()
 
 
 def _decode(raw: bytes | str) -> tuple[str, list]:
@@ -142,17 +159,18 @@ def reconcile(settings: Settings, *, older_than: float, unanswered: bool = False
         again_batches, again_videos, _ = _lost(settings, lost_before)
         replanned = [b for b in replanned if b in again_batches]
         resend = [r for r in resend if r in again_videos]
-    for batch_id, priority in replanned:
-        send_plan(settings, batch_id, priority=priority)
     app = app_for(settings)
-    for step, payload, priority in resend:
-        video_chain(app, payload, start=step, priority=priority).apply_async()
+    priorities = dict(replanned)
+    # one at a time: a batch or a video that cannot be sent is marked and skipped, never stopping the others
+    replanned_ids = list(
+        rows.each(settings, REPLAN_JOB, priorities, lambda b: send_plan(settings, b, priority=priorities[b])).done
+    )
+    resent_ids = list(rows.each(settings, RESEND_JOB, resend, lambda video_id: _resend(settings, app, video_id)).done)
     with session_scope(settings) as session:  # places ahead of the GPUs that nothing took (a lost send)
         released = pacing.release(settings, session)
     send_released(app, released)
-    replanned_ids, resent_ids = [b for b, _ in replanned], [payload.video_id for _, payload, _ in resend]
     released_ids = [payload.video_id for payload, _ in released]
-    if replanned or resend:
+    if replanned_ids or resent_ids:
         log.warning("reconcile: replanned batches %s, re-sent videos %s", replanned_ids, resent_ids)
     if released:
         log.info("reconcile: let waiting videos %s through", released_ids)

@@ -16,6 +16,7 @@ from mas.domain.states import TERMINAL
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory, NewPassage
 from mas.models import Attempt, Video
+from mas.pipeline import rows
 from mas.runtime.app import AgentTask
 
 
@@ -27,19 +28,13 @@ def consolidate(self) -> dict:
     recall.begin_run(settings, "director_sleeptime")
     since = blocks.versioned(settings, "session_state").field_updated_at.get("LAST_SESSION_SUMMARY")
     with session_scope(settings) as session:
-        stmt = sa.select(Video).where(Video.state.in_(list(TERMINAL))).order_by(Video.updated_at.desc())
+        stmt = sa.select(Video.id).where(Video.state.in_(list(TERMINAL))).order_by(Video.updated_at.desc())
         if since:
             stmt = stmt.where(Video.updated_at > sa.func.cast(since, sa.DateTime(timezone=True)))
         finished = session.scalars(stmt.limit(200)).all()[::-1]  # the newest 200, oldest first
-        activity = []
-        for v in finished:
-            prompt = (
-                session.scalar(
-                    sa.select(Attempt.prompt).where(Attempt.video_id == v.id, Attempt.number == v.attempt_count)
-                )
-                or ""
-            )
-            activity.append(f"{v.state.value}: video {v.id} grade {v.grade} after {v.attempt_count} attempts; {prompt}")
+    # one video at a time: one that cannot be read is marked and left out, the night's summary still written
+    read = rows.each(settings, CONSOLIDATION_JOB, finished, lambda video_id: _activity(settings, video_id))
+    activity = list(read.done.values())
     conversations = _conversations_since(settings, datetime.fromisoformat(since) if since else None)
     # the newest of each that fit half the context budget: a night's work must not overflow the model's context
     activity = _newest_within(activity, settings.llm.context_chars // 2, "finished videos")
@@ -62,6 +57,20 @@ def consolidate(self) -> dict:
             [NewPassage(text=text, tags=["learning"], metadata={"source": "sleeptime"}) for text in result.learnings]
         )
     return {"summary": result.summary, "learnings": result.learnings}
+
+
+CONSOLIDATION_JOB = "consolidation"
+"""Sleeptime's reading of finished videos in `mas.pipeline.rows`."""
+
+
+def _activity(settings, video_id: int) -> str:
+    """One finished video as the consolidator reads it: its end, grade, attempts and last prompt."""
+    with session_scope(settings) as session:
+        v = session.get_one(Video, video_id)
+        prompt = session.scalar(
+            sa.select(Attempt.prompt).where(Attempt.video_id == v.id, Attempt.number == v.attempt_count)
+        )
+        return f"{v.state.value}: video {v.id} grade {v.grade} after {v.attempt_count} attempts; {prompt or ''}"
 
 
 CONSOLIDATED_REPLIES = 20

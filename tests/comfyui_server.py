@@ -1,7 +1,7 @@
 """A fault-injection stand-in for a ComfyUI 0.3.75 server, for tests. It is not ComfyUI: it runs no nodes.
 
-It answers the routes the `comfyui` backend uses the way ComfyUI 0.3.75's server.py does (DESIGN.md,
-"ComfyUI protocol" and "ComfyUI queue control"): POST /prompt (with a client-chosen `prompt_id`, which it
+It answers the routes the `comfyui` backend uses the way ComfyUI 0.3.75's server.py does (as read in that
+release's server.py): POST /prompt (with a client-chosen `prompt_id`, which it
 does not de-duplicate), GET /queue (running and pending prompts as `[number, prompt_id, prompt,
 extra_data, outputs]`), POST /queue (`delete`, `clear`), GET /history/{id}, POST /history (`delete`,
 `clear`), GET /view, POST /interrupt (targeted by `prompt_id`, or global), POST /free, GET /system_stats

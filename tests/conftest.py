@@ -54,10 +54,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 LONGEST_GROUPS = (  # by the run at 3197165 with the groups in effect (bench/RESULTS-suite.md)
-    "llm-batches", "tests/test_failover_hosts.py", "tests/test_comfyui_real.py", "tests/test_durable.py",
-    "tests/test_letta.py", "tests/test_llm_agents.py", "tests/test_reliability.py", "tests/test_across_hosts.py",
-    "tests/test_diffusers_backend.py", "reliability-generators", "llm-server-down", "tests/test_bad_input.py",
-    "tests/test_webhooks.py",
+    "llm-batches", "tests/system/test_failover_hosts.py", "tests/system/test_comfyui_real.py", "tests/system/test_durable.py",
+    "tests/system/test_letta.py", "tests/system/test_llm_agents.py", "tests/system/test_reliability.py", "tests/system/test_across_hosts.py",
+    "tests/integration/test_diffusers_backend.py", "reliability-generators", "llm-server-down", "tests/system/test_bad_input.py",
+    "tests/system/test_webhooks.py",
 )
 """The groups that take longest, longest first (bench/RESULTS-suite.md), handed out first under `pytest -n`: a
 long one started last would run on alone after every other worker finished."""
@@ -80,7 +80,7 @@ def studio_env(tmp_path_factory) -> dict[str, str]:
 def settings(studio_env) -> Settings:  # noqa: ARG001  # `studio_env`: the environment it reads
     s = Settings()
     services.up(s)
-    db.ready_engine(s)
+    db.find(s)
     yield s
     services.down(s)
 
@@ -117,6 +117,17 @@ def clean(settings, engine):
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 5.0)
+
+
+@pytest.fixture
+def held(clean, monkeypatch) -> list[int]:  # noqa: ARG001  # `clean`: emptied first
+    """Batches are stored as a submit stores them; the plan message is recorded, not sent (so the session's
+    workers, running for other modules, leave them queued)."""
+    from mas.pipeline import production
+
+    sent: list[int] = []
+    monkeypatch.setattr(production, "send_plan", lambda settings, batch_id, *, priority: sent.append(batch_id))  # noqa: ARG005
+    return sent
 
 
 def child_env(studio_env: dict[str, str], **extra: str) -> dict[str, str]:

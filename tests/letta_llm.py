@@ -1,6 +1,6 @@
 """A STAND-IN for the LLM behind the Letta server in the tests. It is not a model and reasons about nothing.
 
-No LLM runs offline, so the Letta server the tests start (`tests/test_letta.py`) is pointed
+No LLM runs offline, so the Letta server the tests start (`tests/system/test_letta.py`) is pointed
 (OPENAI_BASE_URL) at this small OpenAI-compatible endpoint instead. It answers deterministically:
 
 - GET  /v1/models: one chat model, `gpt-4o-mini` (Letta lists it as `openai-proxy/gpt-4o-mini`);
@@ -39,7 +39,7 @@ from mas.agents.offline import (
     OfflineWriter,
 )
 from mas.agents.reading import as_reply
-from mas.agents.roles import WriterBrief
+from mas.agents.roles import ReviewBrief, WriterBrief
 from mas.domain.requests import ProductionRequest
 
 MODEL = "gpt-4o-mini"
@@ -58,7 +58,7 @@ def answer_task(task: str, payload: dict[str, Any]) -> dict[str, Any]:
         draft = OfflineWriter().write(WriterBrief(**payload["brief"]))
         return {"prompt": draft.prompt, "negative_prompt": draft.negative_prompt}
     if task == "review":
-        return asdict(OfflineCameraman().review(**payload))
+        return asdict(OfflineCameraman().review(ReviewBrief(**payload)))
     if task == "consolidate":
         return asdict(OfflineConsolidator().consolidate(
             activity=payload["activity"], conversations=payload.get("conversations", [])

@@ -7,12 +7,11 @@ Tests that need it skip with the reason when it is not built, or fail when MAS_T
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
+from tests.harness.processes import Server
 from tests.ports import free_port
 
 VERSION = "0.3.36"
@@ -37,53 +36,39 @@ THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else os.cpu_count() or 2
 waits for a second one the other tests have preempted stalls every token."""
 
 
-class LocalLLM:
+class LocalLLM(Server):
     """llama.cpp's server on a local port, stopped with `stop()` (or the context manager); `model` is a GGUF
     file other than the tests' SmolLM2, served under `alias`."""
 
+    stop_timeout = 10
+
     def __init__(self, log_dir: Path, *, port: int | None = None, model: Path | None = None,
-                 alias: str = MODEL_NAME) -> None:
+                 alias: str = MODEL_NAME) -> None:  # fmt: skip
+        super().__init__(log_dir, address="127.0.0.1")
         self.model, self.alias = model, alias
         self.port = port or free_port()
         self.log = log_dir / f"llm-server-{self.port}.log"
-        self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def answering(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/models", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def start(self, timeout: float = 120) -> LocalLLM:
         model = str(self.model or (VENV / "mas-llm-model").read_text().strip())
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
+        self.launch(
             [str(VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", model, "--model_alias", self.alias,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(CONTEXT_TOKENS),
              "--n_threads", str(THREADS), "--flash_attn", "true"],  # faster on prompts (scripts/llm-server-env.sh)
-            stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the LLM server exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/models", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError(f"the LLM server did not answer within {timeout} s: {self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            what="the LLM server", timeout=timeout, interval=0.3,
+        )  # fmt: skip
+        return self
 
     def __enter__(self) -> LocalLLM:
         return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -25,7 +25,7 @@ from mas.pipeline import leases
 from mas.runtime import services
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
-from tests.hosts import wait_for
+from tests.harness.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,11 @@ class CeleryProcess:
         self.name = name
         self.log = log_dir / f"{name.split('@')[0]}-{int(time.time() * 1000)}.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", *args], env=env, cwd=ROOT, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+            [sys.executable, "-m", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -73,26 +77,35 @@ class CeleryProcess:
                 self.kill()
 
 
+def worker_argv(kind: str, name: str, *, env: dict[str, str], concurrency: int = 1) -> list[str]:
+    """`python -m` arguments that start a Celery worker with the flags `mas worker --queue KIND` gives it."""
+    from mas.config import GpuSettings
+    from mas.names import WORKER_QUEUES
+
+    if kind == "gpu":  # as `mas worker --queue gpu`: one process, 1 + lookahead threads
+        lookahead = int(env.get("MAS_GPU_LOOKAHEAD", GpuSettings.model_fields["lookahead"].default))
+        pool = ["-P", "threads", "-c", str(1 + lookahead)]
+    else:
+        pool = ["-P", "prefork", "-c", str(concurrency)]
+    return ["celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]), "-n", name, *pool,
+            "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip", "--without-mingle"]  # fmt: skip
+
+
 class CeleryWorker(CeleryProcess):
     """A real Celery worker with the flags `mas worker` gives it."""
 
     def __init__(
-        self, *, kind: str, name: str, env: dict[str, str], log_dir: Path, concurrency: int = 1,
+        self,
+        *,
+        kind: str,
+        name: str,
+        env: dict[str, str],
+        log_dir: Path,
+        concurrency: int = 1,
         extra_args: Sequence[str] = (),
     ) -> None:
-        from mas.config import GpuSettings
-        from mas.names import WORKER_QUEUES
-
-        if kind == "gpu":  # as `mas worker --queue gpu`: one process, 1 + lookahead threads
-            lookahead = int(env.get("MAS_GPU_LOOKAHEAD", GpuSettings.model_fields["lookahead"].default))
-            pool = ["-P", "threads", "-c", str(1 + lookahead)]
-        else:
-            pool = ["-P", "prefork", "-c", str(concurrency)]
-        super().__init__(
-            args=["celery", "-A", "mas", "worker", "-Q", ",".join(WORKER_QUEUES[kind]), "-n", name, *pool,
-                  "--prefetch-multiplier", "1", "-l", "INFO", "--without-gossip", "--without-mingle", *extra_args],
-            name=name, env=env, log_dir=log_dir,
-        )
+        args = [*worker_argv(kind, name, env=env, concurrency=concurrency), *extra_args]
+        super().__init__(args=args, name=name, env=env, log_dir=log_dir)
 
 
 class Beat(CeleryProcess):
@@ -123,7 +136,7 @@ class IsolatedStudio:
     def __enter__(self) -> IsolatedStudio:
         try:
             services.up(self.settings)
-            db.ready_engine(self.settings)
+            db.find(self.settings)
         except BaseException:
             services.down(self.settings)  # a server that started before the failure must not outlive the test
             raise
@@ -138,8 +151,12 @@ class IsolatedStudio:
 
     def worker(self, kind: str, *, concurrency: int = 1, **env: str) -> CeleryWorker:
         w = CeleryWorker(
-            kind=kind, name=f"{kind}{len(self.workers)}@reliability", env={**self.env, **env}, log_dir=self.data_dir,
-            concurrency=concurrency, extra_args=self.worker_args,
+            kind=kind,
+            name=f"{kind}{len(self.workers)}@reliability",
+            env={**self.env, **env},
+            log_dir=self.data_dir,
+            concurrency=concurrency,
+            extra_args=self.worker_args,
         )
         self.workers.append(w)
         w.wait_ready()
@@ -154,7 +171,11 @@ class IsolatedStudio:
 
     def mas(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "mas.cli", *args], env=self.env, cwd=ROOT, capture_output=True, text=True,
+            [sys.executable, "-m", "mas.cli", *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
             timeout=timeout,
         )
 
@@ -183,6 +204,17 @@ class IsolatedStudio:
         with db.session_scope(self.settings) as s:
             now = s.get(StepLease, (lease.video_id, lease.attempt, lease.step))
             return now is None or now.token != lease.token
+
+    def kill_mid_render(self, gpu: CeleryWorker, batch_id: int) -> tuple[StepLease, subprocess.CompletedProcess]:
+        """SIGKILL `gpu` while a render of the batch holds its lease, start another gpu worker and, once the
+        killed render's lease has lapsed, run `mas recover`: that lease, and what `mas recover` did."""
+        self.wait_until(lambda: self.render_running(batch_id) is not None, what="a render holding its lease")
+        lease = self.render_running(batch_id)
+        assert lease is not None
+        gpu.kill()
+        self.worker("gpu")
+        self.wait_until(lambda: self.lease_lapsed(lease), timeout=60, what="the killed render's lease to lapse")
+        return lease, self.mas("recover")
 
     def wait_until(self, condition, *, timeout: float = 180, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from mas.agents import checks, reading, studio_rules, style_check, style_reader
+from mas.agents import checks, prompt_check, reading, studio_rules, style_check, style_reader
 from mas.agents.protocol import (
     CONSOLIDATE_TOKENS,
     PLAN_TOKENS,
@@ -42,6 +42,7 @@ from mas.agents.roles import (
     Plan,
     PlannedVideo,
     Reading,
+    ReviewBrief,
     Verdict,
     WriterBrief,
     draft_seed,
@@ -87,8 +88,8 @@ class AskingDirector:
 
     The plan keeps the studio's promises whatever the model says: as many videos as asked, each concept
     distinct and about the theme (an echo or a repeat is replaced by the studio's concept for that place);
-    a plan that never validates is the studio's. Style feedback keeps what the studio's own reader finds,
-    and adds only what the model read in the feedback itself.
+    a plan that never validates is the studio's. Style feedback is read by the model: the studio checks
+    the reading's structure and grounding, never its polarity.
     """
 
     def __init__(self, asker: Asker, *, meaning: Meaning | None = None) -> None:
@@ -148,12 +149,12 @@ class AskingDirector:
         )
 
     def read_style(self, feedback: str) -> Reading:
-        """The model's reading when it validates (`mas.agents.reading`), else the studio's own.
+        """The model's reading, checked for its structure and grounding only (`mas.agents.reading`): its
+        polarity stands, where the studio's own reader reads otherwise too (recorded in `disagreements`).
 
-        Feedback the studio does not read (another language or script) is checked against the model's own
-        English for it: a reading that says the opposite of its English is asked again, as for English
-        feedback, and the studio's fallback reads that English. Without a usable English the reading is
-        checked for its structure only, as before.
+        Feedback the studio does not read (another language or script) is grounded in the model's own English
+        for it; without a usable English the reading is checked for its structure only. A reading that never
+        validates is no reading: the feedback is not understood, never read by the studio's rules instead.
         """
         task_words = checks.vocabulary(STYLE_RULES, STYLE_SHAPE)
         english = feedback if style_reader.reads(feedback) else self._english(feedback)
@@ -177,12 +178,20 @@ class AskingDirector:
                 )
             )
         except NoValidReply as error:
-            log.warning("director: the style reading never validated; the studio reads the feedback: %s", error)
-            said = f"the model's readings never validated: {error}"
+            log.warning("director: the style reading never validated; the feedback is not understood: %s", error)
             return Reading(
-                items=style_reader.read(read_from), source="studio", note="; ".join(filter(None, [said, note]))
+                items=[],
+                source="model",
+                note="; ".join(filter(None, [f"the model's readings never validated: {error}", note])),
+                not_understood=[feedback],
             )
-        return Reading(items=reading.items_of(reply), source="model", note=note)
+        items = reading.items_of(reply)
+        differ = reading.disagreements(items, read_from)
+        if differ:
+            log.info(
+                "director: the studio's reader reads the feedback otherwise; the model's reading stands: %s", differ
+            )
+        return Reading(items=items, source="model", note=note, disagreements=differ)
 
     def _english(self, feedback: str) -> str | None:
         """The model's English for feedback the studio does not read; None when it gives none the studio reads."""
@@ -238,8 +247,10 @@ class AskingWriter:
         self, asker: Asker, *, candidates: int = 1, rank: Ranker | None = None, meaning: Meaning | None = None
     ) -> None:
         self._asker, self._candidates, self._rank, self._meaning = asker, candidates, rank, meaning
+        self._checked: dict[str, style_check.StyleCheck] = {}
 
     def write(self, brief: WriterBrief) -> Draft:
+        self._checked = {}
         try:
             return self._write(brief)
         except NoValidReply as error:
@@ -268,6 +279,10 @@ class AskingWriter:
             if not self._problems(again, brief):
                 draft = again
             still = self._missing(draft, brief)
+            if still and self._check(draft, brief).by == "model":  # the studio cannot repair what it cannot read
+                note = f"the model's prompt, checked by the model, still misses the style: {'; '.join(still)}"
+                log.info("writer: video %s: %s; the studio writes its prompt", brief.video_id, note)
+                return replace(studio_rules.studio_prompt(brief), note=note)
             if still:
                 prompt = style_check.repair(draft.prompt, Style.of(brief.user_style), self._meaning)
                 prompt = style_check.appended(
@@ -275,7 +290,17 @@ class AskingWriter:
                 )
                 log.info("writer: video %s: the studio repaired the prompt: %s", brief.video_id, "; ".join(still))
                 return replace(draft, prompt=prompt, source="repaired", note="; ".join(still))
-        return draft
+        checked = self._check(draft, brief)
+        return replace(draft, style_check=checked.as_json()) if checked.by == "model" else draft
+
+    def _check(self, draft: Draft, brief: WriterBrief) -> style_check.StyleCheck:
+        """The draft against the user's style: the studio's check, or the model's where the studio cannot read
+        the prompt (asked once per prompt)."""
+        if draft.prompt not in self._checked:
+            self._checked[draft.prompt] = prompt_check.checked(
+                self._asker, draft.prompt, Style.of(brief.user_style), self._meaning, video_id=brief.video_id
+            )
+        return self._checked[draft.prompt]
 
     def _problems(self, draft: Draft, brief: WriterBrief) -> list[str]:
         return checks.prompt_problems(
@@ -285,7 +310,7 @@ class AskingWriter:
     def _missing(self, draft: Draft, brief: WriterBrief) -> list[str]:
         """What the draft misses of the user's style and of the fixes this refinement needs."""
         fixes = checks.missing_fixes(draft.prompt, studio_rules.fixes_for(brief.previous_failures))
-        return style_check.check(draft.prompt, Style.of(brief.user_style), self._meaning).problems() + (
+        return self._check(draft, brief).problems() + (
             [f"the prompt must fix the last attempt's failures with: {'; '.join(fixes)}"] if fixes else []
         )
 
@@ -359,47 +384,36 @@ class AskingCameraman:
     def __init__(self, asker: Asker) -> None:
         self._asker = asker
 
-    def review(
-        self,
-        *,
-        grade: str,
-        scores: dict[str, float],
-        min_grade: str,
-        attempt: int,
-        max_retries: int,
-        video_id: int | None = None,
-    ) -> Verdict:
-        rule = studio_rules.studio_verdict(
-            grade=grade, scores=scores, min_grade=min_grade, attempt=attempt, max_retries=max_retries
-        )
+    def review(self, brief: ReviewBrief) -> Verdict:
+        rule = studio_rules.studio_verdict(brief)
         try:
             reply = self._asker.ask(
                 Question(
                     task="review",
                     payload={
-                        "grade": grade,
-                        "scores": scores,
-                        "min_grade": min_grade,
-                        "attempt": attempt,
-                        "max_retries": max_retries,
+                        "grade": brief.grade,
+                        "scores": brief.scores,
+                        "min_grade": brief.min_grade,
+                        "attempt": brief.attempt,
+                        "max_retries": brief.max_retries,
                     },
                     shape=REVIEW_SHAPE,
                     reply=VerdictReply,
-                    video_id=video_id,
+                    video_id=brief.video_id,
                     rules=REVIEW_RULES,
                     max_tokens=REVIEW_TOKENS,
                 )
             )
         except NoValidReply as error:
-            log.warning("cameraman: no valid review of video %s; the studio's rule decides: %s", video_id, error)
+            log.warning("cameraman: no valid review of video %s; the studio's rule decides: %s", brief.video_id, error)
             return replace(rule, note=f"the model's replies never validated: {error}")
         if reply.action != rule.action:
             log.info(
                 "cameraman said %s for grade %s (attempt %d of %d); the rule says %s",
                 reply.action,
-                grade,
-                attempt,
-                max_retries,
+                brief.grade,
+                brief.attempt,
+                brief.max_retries,
                 rule.action,
             )
         if rule.action == "accept":

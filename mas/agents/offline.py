@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from mas.agents import style_reader
-from mas.agents.roles import Consolidation, Draft, Plan, Reading, Verdict, WriterBrief
+from mas.agents.roles import Consolidation, Draft, Plan, Reading, ReviewBrief, Verdict, WriterBrief
 from mas.agents.studio_rules import FIXES, studio_plan, studio_prompt, studio_verdict
 from mas.domain.requests import ProductionRequest
 
@@ -21,7 +21,10 @@ class OfflineDirector:
         return studio_plan(request, episodes_done=episodes_done)
 
     def read_style(self, feedback: str) -> Reading:
-        return Reading(items=style_reader.read(feedback), source="studio")
+        understood = style_reader.understand(feedback)
+        return Reading(
+            items=understood.items, source="studio", not_understood=[u.text for u in understood.not_understood]
+        )
 
 
 class OfflineWriter:
@@ -41,18 +44,9 @@ class OfflineCameraman:
     def __init__(self, *, seconds: float = 0.0) -> None:
         self.seconds = seconds  # simulated thinking time (MAS_OFFLINE_AGENT_SECONDS)
 
-    def review(
-        self,
-        *,
-        grade: str,
-        scores: dict[str, float],
-        min_grade: str,
-        attempt: int,
-        max_retries: int,
-        video_id: int | None = None,  # noqa: ARG002
-    ) -> Verdict:
+    def review(self, brief: ReviewBrief) -> Verdict:
         time.sleep(self.seconds)
-        return studio_verdict(grade=grade, scores=scores, min_grade=min_grade, attempt=attempt, max_retries=max_retries)
+        return studio_verdict(brief)
 
 
 class OfflineConsolidator:

@@ -1,13 +1,12 @@
-"""A model's reading of style feedback, checked for what the studio can measure before it is stored.
+"""A model's reading of style feedback, checked for what the studio can check without reading it.
 
 The model reads language; the studio does not pretend to. It checks a reading's structure (an aspect, a
-few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and,
-where its own reader reads the feedback (English it knows), that each item speaks of something the feedback
-says (only where it knows every word of the feedback: "something chilling" may be read as eerie), that no item has the opposite polarity of what the feedback plainly says (nor carries those words or a
-colour of their family on the other side: "blue instead of red" liked whole) and that the reading speaks of
-at least one thing the feedback plainly names (in its words, a synonym of its meaning groups or a colour of
-its family). A reading that passes stands as the model gave it, whatever the studio's own reader would have
-added; one that never passes is replaced by the studio's reading.
+few words that name a preference, not the task's words or markup, nothing both liked and ruled out) and its
+grounding: each item speaks of something the feedback says (or the model's English for a feedback in another
+language): a word, plural or comparative alike, a meaning group or a colour family; only where the studio
+knows every word of the feedback, since "something chilling" may be read as eerie. It never checks the
+polarity: where its own reader reads the other way, that is recorded (`disagreements`) and the model's
+reading stands. A reading that never passes is no reading: the feedback is not understood.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
         return out
     model = items_of(reply)
     for liked in (i for i in model if i.liked):
-        if any(o.contradicts(liked) for o in model):
+        if any(o.key == liked.key for o in model if not o.liked):
             out.append(f"{liked.words!r} is both liked and ruled out")  # noqa: PERF401
     if all(clauses.known(w) for w in words_of(feedback)):  # a word it does not know may be the item's synonym
         senses = _senses(feedback)
@@ -73,15 +72,20 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
             for i in model
             if not grounded(i, feedback, senses)
         ]
-    studio = style_reader.read(feedback)
-    for own in studio:
-        for item in model:
-            if opposes(item, own, studio):
-                said = "rules out" if not own.liked else "asks for"
-                out.append(f"the feedback {said} {own.words!r}: it belongs in {'liked' if own.liked else 'ruled_out'}")
-    if studio and not any(shares(item, own) for item in model for own in studio):
-        out.append(f"the feedback names {', '.join(i.words for i in studio)}: the reading has none of it")
     return out
+
+
+def disagreements(items: list[StyleItem], feedback: str) -> list[str]:
+    """Where the studio's own reader reads `feedback` the other way round from a model's items: recorded,
+    never acted on (the model reads language; the studio's reader only fits the sentences it was tuned on)."""
+    studio = style_reader.read(feedback)
+    return [
+        f"{item.words}: the model {'likes' if item.liked else 'rules out'} it, the studio's reader "
+        f"{'likes' if own.liked else 'rules out'} {own.words}"
+        for item in items
+        for own in studio
+        if opposes(item, own, studio)
+    ]
 
 
 def grounded(item: StyleItem, feedback: str, said: set[str]) -> bool:
@@ -113,15 +117,6 @@ def one_sided_families(items: list[StyleItem], *, liked: bool) -> set[str]:
     sides: none)."""
     mine = {f for i in items if i.liked == liked for f in colour_families(i.words)}
     return mine - {f for i in items if i.liked != liked for f in colour_families(i.words)}
-
-
-def shares(item: StyleItem, own: StyleItem) -> bool:
-    """Whether the model's item speaks of something the studio read: a word in common (plural or comparative
-    alike), a meaning group in common ("gloomy" read as "dark") or colours of one family ("violet" for
-    "purple"). A reading that shares none of these with what the feedback plainly names is about another
-    feedback ("not red." read as "tense thriller energy")."""
-    mine, theirs = _senses(item.words), _senses(own.words)
-    return bool(mine & theirs) or bool(colour_families(item.words) & colour_families(own.words))
 
 
 def _bases(words: str) -> set[str]:

@@ -169,6 +169,32 @@ class StyleReply(CheckedReply):
     liked: Items = []
     ruled_out: Items = []
 
+    @model_validator(mode="before")
+    @classmethod
+    def _shaped(cls, value: Any) -> Any:
+        """A reply with neither list is another shape ({"colors": ..., "moods": ...}), not an empty reading."""
+        if isinstance(value, dict) and not {"liked", "ruled_out"} & set(value):
+            raise ValueError('the reply must have "liked" and "ruled_out" lists (empty when the feedback names none)')
+        return value
+
+
+class PromptStyleReply(CheckedReply):
+    """`check_style`: which ruled-out items a prompt shows and which liked ones it misses, each named as the
+    question listed it (validation context `liked`, `ruled_out`: the lists asked about)."""
+
+    shows_ruled_out: Texts = []
+    misses_liked: Texts = []
+
+    @model_validator(mode="after")
+    def _listed(self, info: ValidationInfo) -> PromptStyleReply:
+        context = info.context or {}
+        for field_name, key in (("shows_ruled_out", "ruled_out"), ("misses_liked", "liked")):
+            listed = context.get(key)
+            unknown = [t for t in getattr(self, field_name) if listed is not None and t.strip().lower() not in listed]
+            if unknown:
+                raise ValueError(f"{field_name}: {unknown} are not in {key}; name items only as {key} lists them")
+        return self
+
 
 class EnglishReply(CheckedReply):
     """`translate`: the feedback in English, checked to be English the studio reads."""

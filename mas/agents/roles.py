@@ -32,12 +32,16 @@ class Plan:
 
 @dataclass(frozen=True, kw_only=True)
 class Reading:
-    """What a user's feedback says, item by item, and who read it: the model (its reading validated) or
-    the studio (its own reader, when the model's never did or there is no model)."""
+    """What a user's feedback says, item by item, who read it (the model, its reading validated; or the
+    studio's own reader when there is no model), and what was not understood. A model's reading that never
+    validated is no reading: no items, the whole feedback not understood."""
 
     items: list[StyleItem]
     source: str = "studio"  # model | studio
-    note: str = ""  # why the studio read it, when it did
+    note: str = ""  # what the studio saw of the reading (the model's English it was checked against, ...)
+    disagreements: list[str] = field(default_factory=list)  # where the studio's own reader reads the other way
+    # the clauses, quoted as the user wrote them, that the reader did not understand: shown, never stored as items
+    not_understood: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +69,20 @@ class Draft:
     seed: int
     source: str = "model"  # model | repaired (the studio added or removed words) | studio (its own prompt)
     note: str = ""  # why the studio stepped in, when it did
+    style_check: dict = field(default_factory=dict)  # the writer's check of a prompt only its model could read
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReviewBrief:
+    """What the Cameraman judges one attempt by: its grade against the minimum, the grader's scores, and the
+    attempt against the retry limit."""
+
+    grade: str
+    scores: dict[str, float]
+    min_grade: str
+    attempt: int
+    max_retries: int
+    video_id: int | None = None  # which video it is for (bookkeeping; not shown to the model)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,16 +113,7 @@ class Writer(Protocol):
 
 
 class Cameraman(Protocol):
-    def review(
-        self,
-        *,
-        grade: str,
-        scores: dict[str, float],
-        min_grade: str,
-        attempt: int,
-        max_retries: int,
-        video_id: int | None = None,
-    ) -> Verdict: ...
+    def review(self, brief: ReviewBrief) -> Verdict: ...
 
 
 class Consolidator(Protocol):

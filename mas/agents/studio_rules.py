@@ -16,6 +16,7 @@ from mas.agents.roles import (
     Draft,
     Plan,
     PlannedVideo,
+    ReviewBrief,
     Verdict,
     WriterBrief,
     draft_seed,
@@ -157,12 +158,12 @@ def weak_axes(scores: dict[str, float]) -> list[str]:
     return [FAILURE_REASONS[k] for _, k in weak]
 
 
-def studio_verdict(*, grade: str, scores: dict[str, float], min_grade: str, attempt: int, max_retries: int) -> Verdict:
+def studio_verdict(brief: ReviewBrief) -> Verdict:
     """The studio's rule: accept at or above the minimum grade; below it, refine with the grader's reasons
     and their fixes while attempts remain, else fail."""
-    if grades.at_least(grade, min_grade):
+    if grades.at_least(brief.grade, brief.min_grade):
         return Verdict(action="accept", failure_reasons=[], source="studio")
-    reasons = weak_axes(scores)
-    if attempt >= max_retries:
+    reasons = weak_axes(brief.scores)
+    if brief.attempt >= brief.max_retries:
         return Verdict(action="fail", failure_reasons=reasons, source="studio")
     return Verdict(action="refine", failure_reasons=reasons, strategy="; ".join(fixes_for(reasons)), source="studio")

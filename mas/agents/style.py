@@ -179,8 +179,9 @@ class Style:
     def learned(self, reading: Sequence[StyleItem]) -> tuple[Style, list[dict[str, str]]]:
         """This style after a new reading, and what the reading changed of earlier items. A new item
         replaces every earlier one about the same thing (a later "no purple" removes "purple"); within one
-        reading a ruled-out item wins over a liked one about the same thing."""
-        new = [i for i in reading if not i.liked or not any(o.rules_out(i) for o in reading if not o.liked)]
+        reading a ruled-out item wins over a liked one of the same words, and a liked shade beside its
+        ruled-out family is the user's exception ("no yellow, but gold")."""
+        new = [i for i in reading if not i.liked or not any(o.key == i.key for o in reading if not o.liked)]
         changes = []
         kept = []
         for old in self.items:

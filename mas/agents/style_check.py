@@ -4,7 +4,9 @@ out? And the studio's repair of a prompt that misses.
 Colours are judged by family (violet is purple, cobalt is blue), moods and pacing by meaning groups
 (brooding is moody), other words by the embedding model (MiniLM) above a threshold set on the labelled set
 (`bench/style_bench.py`). "no red" in a prompt does not ask for red; "Orange County" and "bright-eyed" are
-not colours or moods. A prompt in a language the checks do not read is never judged: its check says so.
+not colours or moods. A ruled-out item of several words is named by all its words, or by a part of the
+prompt that means it as a whole. A prompt in a language the checks do not read is not judged here: its
+check says so, and a model-backed writer asks its model (`mas.agents.prompt_check`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ purpose: set on the labelled set (`bench/style_bench.py --sweep`), where prompts
 office for "gothic") sit below 0.15 and prompts on it from 0.17."""
 
 
+PHRASE_SIMILARITY = 0.5
+"""A ruled-out item of several words is named by a clause of the prompt at least this near it as a whole
+(cosine, MiniLM): set on the tuning part of the labelled prompts (`bench/style_bench.py --part tune --sweep`)."""
+
+
 class Meaning(Protocol):
     """Sentence embeddings: unit vectors for texts (`mas.memory.embeddings.Embedder`)."""
 
@@ -49,7 +56,8 @@ class Meaning(Protocol):
 class StyleCheck:
     """How one prompt stands against the user's style."""
 
-    checked: bool = True  # False: the prompt is in a language the checks do not read
+    checked: bool = True  # False: the prompt is in a language the checks do not read, and no model checked it
+    by: str = "studio"  # studio (its own checks) | model (asked: the studio could not read the prompt)
     missing: list[str] = field(default_factory=list)  # liked items the prompt does not carry
     disliked: list[str] = field(default_factory=list)  # ruled-out items the prompt names
 
@@ -67,7 +75,18 @@ class StyleCheck:
         return out
 
     def as_json(self) -> dict[str, Any]:
-        return {"checked": self.checked, "applied": self.applied, "missing": self.missing, "disliked": self.disliked}
+        return {
+            "checked": self.checked,
+            "by": self.by if self.checked else "",
+            "applied": self.applied,
+            "missing": self.missing,
+            "disliked": self.disliked,
+        }
+
+    @property
+    def state(self) -> str:
+        """How the prompt stands, in a word for people: applied, refused, or unchecked."""
+        return "unchecked" if not self.checked else "applied" if self.applied else "refused"
 
 
 SHORT_WORDS = 6
@@ -79,7 +98,7 @@ def readable(words: Sequence[clauses.Word]) -> bool:
     """Whether the checks read this text: English. Not when it has another script or another language's
     common words; else when it has common English words, is mostly words the studio knows (its own prompts,
     "dark, moody, purple colours, slow dolly-in"), or is too short to tell."""
-    if any(ord(ch) > LATIN_END for w in words for ch in w.text) or any(w.text in V.FOREIGN_GLUE for w in words):
+    if any(ord(ch) > clauses.LATIN_END for w in words for ch in w.text) or any(w.text in V.FOREIGN_GLUE for w in words):
         return False
     known = sum(clauses.known(w.text) for w in words) / len(words) if words else 1.0
     return (
@@ -87,10 +106,6 @@ def readable(words: Sequence[clauses.Word]) -> bool:
         or clauses.english_share(list(words)) >= MIN_ENGLISH_SHARE
         or known >= clauses.KNOWN_SHARE
     )
-
-
-LATIN_END = 0x24F
-"""The last code point of the Latin alphabets (accented letters included)."""
 
 
 def _said(words: Sequence[clauses.Word]) -> list[clauses.Word]:
@@ -112,8 +127,9 @@ not a rule. Every ruled-out item is a rule."""
 class _Judge:
     """One prompt's words, compared with style items."""
 
-    def __init__(self, prompt: str, meaning: Meaning | None) -> None:
+    def __init__(self, prompt: str, meaning: Meaning | None, style: Style | None = None) -> None:
         self.prompt = prompt
+        self.excepted = {c for i in style.liked for c in colour_words(i.words)} if style else set()
         self.words = clauses.read(prompt)
         self.said = _said(self.words)
         self.meaning = meaning
@@ -133,14 +149,20 @@ class _Judge:
         if wanted and item.liked:  # any shade of its families carries a liked colour (teal carries blue)
             families = colour_families(item.words)
             return [w for w in self.said if colour_families(w.text) & families]
-        if wanted:  # a ruled-out colour is named by itself or, for a family's name, its shades
-            return [w for w in self.said if any(covers(c, p) for c in wanted for p in colour_words(w.text))]
+        if wanted:  # a ruled-out colour is named by itself or, for a family's name, its shades (not one liked)
+            return [
+                w
+                for w in self.said
+                if any(covers(c, p) and p not in self.excepted for c in wanted for p in colour_words(w.text))
+            ]
         key = [w for w in normalized(item.words).split() if w not in V.STOP_WORDS]
         if not key:
             return []
         found = [w for w in self.said if any(self._says(w.text, k, compounds=item.liked) for k in key)]
         if not item.liked and len(key) > 1:
-            return found if all(any(self._says(w.text, k, compounds=False) for w in found) for k in key) else []
+            if all(any(self._says(w.text, k, compounds=False) for w in found) for k in key):
+                return found
+            return self._described(item) if self.meaning is not None else []
         if found or self.meaning is None:
             return found
         if item.liked and item.aspect == "theme":
@@ -151,6 +173,21 @@ class _Judge:
         """The whole prompt, as words, when it is about the theme `item` names (empty when not)."""
         vectors = self._vector([item.words, self.prompt])
         return list(self.said) if float(vectors[item.words] @ vectors[self.prompt]) >= THEME_SIMILARITY else []
+
+    def _described(self, item: StyleItem) -> list[clauses.Word]:
+        """The words of each clause of the prompt that means the item as a whole ("shaky hand-held footage"
+        for a ruled-out "handheld camera"): a thing of several words is named by a phrase, not a word."""
+        parts: dict[int, list[clauses.Word]] = {}
+        for w in self.said:
+            parts.setdefault(w.clause, []).append(w)
+        texts = {n: self.prompt[ws[0].start : ws[-1].end] for n, ws in parts.items()}
+        vectors = self._vector([item.words, *texts.values()])
+        return [
+            w
+            for n, text in texts.items()
+            if float(vectors[item.words] @ vectors[text]) >= PHRASE_SIMILARITY
+            for w in parts[n]
+        ]
 
     @staticmethod
     def _says(text: str, key: str, *, compounds: bool) -> bool:
@@ -181,7 +218,7 @@ def check(prompt: str, style: Style, meaning: Meaning | None = None) -> StyleChe
     """Which liked items `prompt` does not carry and which ruled-out items it names (by meaning)."""
     if not style.items:
         return StyleCheck()
-    judge = _Judge(prompt, meaning)
+    judge = _Judge(prompt, meaning, style)
     if not readable(judge.words):
         return StyleCheck(checked=False)
     return StyleCheck(
@@ -193,7 +230,7 @@ def check(prompt: str, style: Style, meaning: Meaning | None = None) -> StyleChe
 def repair(prompt: str, style: Style, meaning: Meaning | None = None) -> str:
     """`prompt` with every word that names a ruled-out item taken out whole (never inside "bright-eyed" or
     "Orange County") and the liked items it misses added in the user's own words."""
-    judge = _Judge(prompt, meaning)
+    judge = _Judge(prompt, meaning, style)
     if not readable(judge.words):
         return prompt
     cut = sorted(

@@ -1,8 +1,10 @@
 """The words the studio's own rules know, in one place: colours by family, the aspects of a style, how
 English feedback says yes and no, and what a prompt's craft is made of.
 
-These lists are for the studio's fallback reader and its checks of English text. They never stand against a
-model's valid reading (`mas.agents.asking`), and text outside them is left unread rather than guessed at.
+These lists are for the studio's own reader (the offline backend's) and its checks of English text. They
+never stand against a model's valid reading (`mas.agents.asking`), and a clause with a word outside them is
+not understood rather than guessed at. Cue lists are set on the tuning part of the labelled sets only
+(`bench/style_bench.py --part tune`).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ THEMES = frozenset(
     "fantasy mythical sci-fi scifi nature urban cosmic space underwater ocean sea forest desert gothic retro "
     "cyberpunk steampunk horror noir western medieval futuristic vintage wildlife mountains city cities "
     "anime cartoon documentary historical dragons dragon creatures animals jungle arctic winter autumn "
-    "summer spring beach sunset sunsets landscapes landscape water thriller mountain".split()
+    "summer spring beach sunset sunsets landscapes landscape water thriller mountain countryside".split()
 )
 """Theme words the fallback reader recognises (a subject or a genre)."""
 
@@ -105,7 +107,6 @@ NEGATIVE_CUES = (
     "fewer",
     "stop",
     "hate",
-    "hated",
     "dislike",
     "dislikes",
     "loathe",
@@ -170,12 +171,54 @@ POSITIVE_CUES = (
     "favorite",
     "use",
     "keep",
-    "please",
+    "need",
 )
 """Words that make what follows liked. Only `STRONG_POSITIVE` undoes a rule-out earlier in the same clause
 ("less red, more blue"); "I don't like" stays a rule-out."""
 
 STRONG_POSITIVE = frozenset({"more", "more of", "switch to", "go for", "go with", "is fine", "are fine"})
+
+BACKWARD_POSITIVE_CUES = frozenset(
+    ("is fine", "are fine", "is ok", "are ok", "is okay", "is great", "are great", "instead of", "rather than")
+)
+"""Cues that also make liked the clause's words before them ("teal is fine", "blue instead of red")."""
+
+ITEM_PHRASES: dict[str, str] = {
+    phrase: aspect
+    for aspect, phrases in (
+        ("pacing", "quick cuts|fast cuts|rapid cuts|long takes|slow motion|slow pacing|fast pacing"),
+        (
+            "other",
+            "handheld camera|handheld|close-ups|close-up|closeups|drone shots|aerial shots|wide shots|"
+            "film grain|golden hour|black and white|time-lapse|timelapse|lens flares|bokeh|shaky cam|static camera|"
+            "voiceover|text overlays|cartoonish characters|jump cuts",
+        ),
+    )
+    for phrase in phrases.split("|")
+}
+"""Items of several words (or words that are items only as a whole) the reader knows, and their aspect."""
+
+NEUTRAL = frozenset(
+    "a an the of with in on at to for by from into as about around throughout everywhere anywhere and or "
+    "is are be am it's its it they them their i i'm i'd i've me my mine we we're we'd us our you you're your "
+    "this that these those one ones something anything everything some any all every each "
+    "very really so much lots lot bit little just also only always again now lately even quite pretty "
+    "definitely absolutely totally super extra mostly mainly especially maybe perhaps probably overall "
+    "please pls thanks thank cheers yes ok okay well honestly hmm oh hey lol whatsoever whatever think "
+    "can could would will should do does let's lets make makes give see show have try ever using when there "
+    "here way entirely completely forever next time batch last elements energy else".split()
+)
+"""Words that cannot turn a clause's polarity round (articles, pronouns, intensifiers, politeness, modal
+verbs): with cues and style words they are all a clause the studio's reader accounts for may hold. A word
+outside these, the cues and the style words (an unknown verb or adjective, a past tense, "than") makes the
+clause not understood."""
+
+TENSE_WORDS = frozenset(
+    "was were had used once before previously formerly earlier past loved liked enjoyed wanted preferred "
+    "hated disliked grew gotten become became anymore longer".split()
+)
+COMPARISON_WORDS = frozenset("than over compared better worse versus vs".split())
+"""Words the reader names when it says why a clause was not understood: a tense shift, a comparison."""
 
 CONTRAST = frozenset("but however instead though although whereas yet while rather".split())
 """Words that start a new clause with a polarity of its own ("I love blue but I can't stand yellow")."""
@@ -186,7 +229,7 @@ SUBJECTS = frozenset("i we you they it it's its that this he she".split())
 FILLER = frozenset(
     "tones tone aesthetics aesthetic shots shot cuts lighting colors colours color colour style styles vibe vibes "
     "videos video palette palettes look looks feel feeling atmosphere mood moods hues hue shades shade themes "
-    "theme scenes scene stuff things thing kind sort".split()
+    "theme scenes scene stuff things thing kind sort light".split()
 )
 """Words that name an aspect, not a preference: never an item on their own."""
 
@@ -282,6 +325,10 @@ FOREIGN_GLUE = frozenset(
 reads, so its rules abstain rather than read "pas de violet" as liking violet."""
 
 
+INTENSIFYING_CUES = ("too", "overly", "too much", "too many")
+"""Rule-outs that only strengthen a rule-out before them ("nothing too sweet"), unless it is a plain "not"
+("not too dark" is a little dark, not none: a second negation)."""
+
 BACKWARD_NEGATIVE_CUES = ("not", "never", "no", "isn't", "aren't", "too much", "too many", "no thanks")
 """Rule-outs that also reach back to the clause's words before them ("red is not my thing")."""
 
@@ -302,10 +349,11 @@ DOUBLE_NEGATIVE_LIKES = (
 
 FEEDBACK_WORDS = frozenset(
     "prefer prefers like likes love loves want wants enjoy dislike hate favourite favorite i i'm me my we you "
-    "please too not no never avoid without".split()
+    "please too not no never avoid without instead rather than less more fewer ever don't".split()
 )
-"""How feedback speaks (who likes, how much, no and not), never what it prefers: "a bit too bright for me" is
-the feedback handed back, "bright" ruled out is its reading."""
+"""How feedback speaks (who likes, how much, no and not, more or less, one rather than another), never what
+it prefers: "a bit too bright for me" or "blue instead of red" is the feedback handed back as an item, "bright"
+ruled out is its reading."""
 
 REQUEST_WORDS = frozenset(
     "task prompt reply json str write model video videos one create generate make new please".split()

@@ -51,6 +51,8 @@ def readyz(request: Request) -> JSONResponse:
     answer = readiness.latest()
     ready = all(result == OK for result in answer.checks.values())
     body: dict[str, object] = {"ready": ready, "checks": answer.checks}
+    if answer.warnings:
+        body["warnings"] = answer.warnings
     if answer.primaries:
         body["primaries"] = answer.primaries
     return JSONResponse(body, status_code=200 if ready else 503)
@@ -61,6 +63,7 @@ class Answer:
     checks: dict[str, str]
     at: float  # the clock when the checks ended
     primaries: dict[str, str] = field(default_factory=dict)  # service -> `host:port` of its leading server now
+    warnings: dict[str, str] = field(default_factory=dict)  # what is wrong without making the studio unready
 
 
 class Readiness:
@@ -72,9 +75,11 @@ class Readiness:
         checks: Mapping[str, Check] | None = None,
         clock: Callable[[], float] = time.monotonic,
         primaries: Mapping[str, Locate] | None = None,
+        warnings: Mapping[str, Check] | None = None,
     ) -> None:
         self.settings, self.clock = settings, clock
         self.checks = dict(CHECKS if checks is None else checks)
+        self.warnings = dict((WARNINGS if checks is None else {}) if warnings is None else warnings)
         self.locators = dict((PRIMARIES if checks is None else {}) if primaries is None else primaries)
         self._refreshing = threading.Lock()
         self._last: Answer | None = None
@@ -94,7 +99,9 @@ class Readiness:
             if last is None or not self._fresh(last):
                 checks = {name: self._run(name, check) for name, check in self.checks.items()}
                 primaries = {name: where for name, locate in self.locators.items() if (where := self._locate(locate))}
-                last = self._last = Answer(checks, self.clock(), primaries)
+                warned = {name: self._run(name, check) for name, check in self.warnings.items()}
+                warnings = {name: result for name, result in warned.items() if result != OK}
+                last = self._last = Answer(checks, self.clock(), primaries, warnings)
             return last
         finally:
             self._refreshing.release()
@@ -137,7 +144,7 @@ def _failure(exc: Exception) -> str:
 def _postgres(settings: Settings) -> str | None:
     from mas import db
 
-    with db.engine(settings, start=False).connect() as conn:
+    with db.ready_engine(settings).connect() as conn:
         conn.execute(sa.text("select 1"))
     return None
 
@@ -186,6 +193,14 @@ def _agents(settings: Settings) -> str | None:
     return None
 
 
+def _agent_replies(settings: Settings) -> str | None:
+    """A model that answers but whose replies never validate: the studio still takes work (its own rules write
+    the prompts), so this is reported, not a reason to be taken out of a load balancer."""
+    from mas.reports.queries import model_unusable_lately
+
+    return model_unusable_lately(settings)
+
+
 def _database_primary(settings: Settings) -> str | None:
     from mas import db
 
@@ -200,6 +215,9 @@ def _redis_master(settings: Settings) -> str | None:
 
 PRIMARIES: dict[str, Locate] = {"postgres": _database_primary, "redis": _redis_master}
 """Which server leads, for the services that name several (their addresses are the operator's own settings)."""
+
+WARNINGS: dict[str, Check] = {"agent_replies": _agent_replies}
+"""Checks that are reported under `warnings` and leave the answer ready."""
 
 CHECKS: dict[str, Check] = {
     "postgres": _postgres,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -15,6 +16,7 @@ from starlette.responses import JSONResponse
 from mas.domain.identity import ActsForOthers
 from mas.errors import InvalidInput, InvalidSettings, PeerUnavailable, RetryableError, StudioError, Unauthorized
 from mas.pipeline.quotas import QuotaExceeded
+from mas.runtime.failover import away_message
 
 MEDIA_TYPE = "application/problem+json"
 TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed", 409: "Conflict",
@@ -94,6 +96,13 @@ def install(app: FastAPI) -> None:
         detail = f"there is nothing at {request.url.path}" if exc.detail == "Not Found" else str(exc.detail)
         return problem(exc.status_code, detail, kind="http")
 
+    async def database_away(request: Request, exc: Exception) -> JSONResponse:
+        """PostgreSQL restarting or failing over: a retryable 503, never a 500."""
+        settings = request.app.state.settings
+        return problem(503, away_message(settings.database.url, exc), kind="unavailable", retryable=True)
+
     app.add_exception_handler(StudioError, studio_error)
+    app.add_exception_handler(sa.exc.OperationalError, database_away)
+    app.add_exception_handler(sa.exc.InterfaceError, database_away)
     app.add_exception_handler(RequestValidationError, invalid_body)
     app.add_exception_handler(HTTPException, http_error)

@@ -23,14 +23,13 @@ from mas.api.idempotency import once
 from mas.api.problems import Conflict, NotFound
 from mas.api.schemas import ABTestOut, BatchOut, BatchRequest, Pick, Submitted, VideoOut
 from mas.config import Settings
-from mas.db import session_scope
+from mas.db import is_row_id, session_scope
 from mas.domain.requests import ProductionRequest, parse_request
 from mas.errors import InvalidInput
 from mas.models import ABTest, Batch, BatchStatus, Video
 from mas.reports import queries
 
 router = APIRouter()
-MAX_ID = 2**31 - 1  # a larger id is simply not found
 PROBLEM = {"model": dict, "content": {"application/problem+json": {}}, "description": "A problem (RFC 9457)."}
 ERRORS: dict[int | str, dict[str, Any]] = {404: PROBLEM, 409: PROBLEM, 422: PROBLEM, 503: PROBLEM}
 SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -76,8 +75,6 @@ def submit(
 
     def run() -> tuple[int | None, int | None]:
         if body.at is not None:
-            if body.at.tzinfo is None:
-                raise InvalidInput("at needs a time zone, e.g. 2026-12-01T02:00:00+00:00")
             schedule_id = production.schedule(
                 settings, production_request, run_at=body.at, priority=body.priority, notify_url=body.notify_url
             )
@@ -122,7 +119,7 @@ def list_batches(
 
 def _batch(request: Request, batch_id: int) -> BatchOut:
     with session_scope(acting(request)) as session:
-        batch = session.get(Batch, batch_id) if batch_id <= MAX_ID else None
+        batch = session.get(Batch, batch_id) if is_row_id(batch_id) else None
         if batch is None or not sees(request, batch.user_name):
             raise NotFound(f"there is no batch {batch_id}")
         videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
@@ -161,7 +158,7 @@ def get_video(video_id: int, request: Request) -> VideoOut:
                 .options(selectinload(Video.attempts), selectinload(Video.batch))
                 .where(Video.id == video_id)
             ).first()
-            if video_id <= MAX_ID
+            if is_row_id(video_id)
             else None
         )
         if video is None or not sees(request, video.batch.user_name):
@@ -177,7 +174,7 @@ def video_file(video_id: int, request: Request) -> FileResponse:
 
     settings = acting(request)
     with session_scope(settings) as session:
-        video = session.get(Video, video_id) if video_id <= MAX_ID else None
+        video = session.get(Video, video_id) if is_row_id(video_id) else None
         if video is None or not sees(request, video.batch.user_name):
             raise NotFound(f"there is no video {video_id}")
         location = video.output_path
@@ -195,7 +192,7 @@ def get_ab_test(test_id: int, request: Request) -> ABTestOut:
             session.scalars(
                 sa.select(ABTest).options(selectinload(ABTest.variations)).where(ABTest.id == test_id)
             ).first()
-            if test_id <= MAX_ID
+            if is_row_id(test_id)
             else None
         )
         if test is None or not sees(request, test.user_name):

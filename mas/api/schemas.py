@@ -4,18 +4,32 @@ from them). Each model says what it is for; each field has its description."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from mas.models import ABTest, Attempt, Batch, Video
-from mas.reports.queries import Outcomes, Place
+from mas.reports.queries import Outcomes, Place, style_check_word
+from mas.text import check_plain
+
+MAX_TEXT_CHARS = 100_000
+"""The longest text a body's field may hold (no MAS_MAX_REQUEST_CHARS allows more); the studio's own limits on
+each are checked after."""
+
+
+def _plain(value: str, info: ValidationInfo) -> str:
+    return check_plain(value, info.field_name or "a field")
+
+
+PlainText = Annotated[str, AfterValidator(_plain)]
+"""A string field: no NUL or other control character (`mas.text.check_plain`)."""
 
 
 class Strict(BaseModel):
-    """A request body: an unknown field is an error, not silently dropped."""
+    """A request body: an unknown field is an error, not silently dropped, and each field takes its own JSON type
+    only (true, "3" or 2.0 is no count)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class BatchRequest(Strict):
@@ -23,31 +37,51 @@ class BatchRequest(Strict):
     or an A/B test; now or at a time; for a user; with a webhook for its events."""
 
     kind: Literal["batch", "series", "ab"] = Field(default="batch", description="What to make.")
-    request: str | None = Field(
+    request: PlainText | None = Field(
         default=None,
+        max_length=MAX_TEXT_CHARS,
         description='kind batch: the request as a person writes it, e.g. "Create 3 videos of mythical creatures" '
         "(or give count and theme instead).",
         examples=["Create 3 videos of mythical creatures"],
     )
-    theme: str | None = Field(default=None, description="kind batch: what the videos are of (with count).")
-    series_name: str | None = Field(default=None, description="kind series: the series, taken whole.")
-    concept: str | None = Field(default=None, description="kind ab: the concept whose variations are compared.")
+    theme: PlainText | None = Field(
+        default=None, max_length=MAX_TEXT_CHARS, description="kind batch: what the videos are of (with count)."
+    )
+    series_name: PlainText | None = Field(
+        default=None, max_length=MAX_TEXT_CHARS, description="kind series: the series, taken whole."
+    )
+    concept: PlainText | None = Field(
+        default=None, max_length=MAX_TEXT_CHARS, description="kind ab: the concept whose variations are compared."
+    )
     count: int | None = Field(
         default=None, ge=1, description="Videos (batch), episodes (series, default 1) or variations (ab, default 3)."
     )
     priority: Literal["high", "normal"] | None = Field(
         default=None, description="high goes to the urgent queues; default: high for an A/B test, else normal."
     )
-    user: str | None = Field(
+    user: PlainText | None = Field(
         default=None,
+        max_length=40,
         description="Whose taste the videos are made for: the caller's by default; only an admin names another user.",
     )
-    at: datetime | None = Field(
-        default=None, description="Start the batch at this time (with a time zone) instead of now: a schedule."
+    at: AwareDatetime | None = Field(
+        default=None,
+        strict=False,  # JSON has no time: read from its text (a number is refused below)
+        description="Start the batch at this time (with a time zone) instead of now: a schedule. At most "
+        "MAS_SCHEDULE_MAX_DAYS_AHEAD days ahead; a time up to a day past starts it at once.",
     )
-    notify_url: str | None = Field(
-        default=None, description="A webhook receiver for this request's events (needs MAS_WEBHOOK_SECRET)."
+    notify_url: PlainText | None = Field(
+        default=None,
+        max_length=2000,
+        description="A webhook receiver for this request's events (needs MAS_WEBHOOK_SECRET).",
     )
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _time_as_text(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, str):
+            raise ValueError("a time is text such as 2026-12-01T02:00:00+00:00")
+        return value
 
 
 class Submitted(BaseModel):
@@ -66,10 +100,21 @@ class AttemptOut(BaseModel):
     failure_reasons: list[Any]
     render_seconds: float | None
     output: str | None = Field(description="Where the storage keeps this attempt's video.")
+    prompt_source: Literal["model", "repaired", "studio"] = Field(
+        description="Who wrote the prompt: the model, as written; the model's, repaired by the studio (words added "
+        "or removed for the user's style); or the studio's own (the model gave no valid prompt)."
+    )
+    style_check: Literal["applied", "refused", "unchecked"] | None = Field(
+        description="The prompt against the user's style when written: it carries what they like and nothing they "
+        "ruled out (applied), it does not (refused), or it could not be read to check (unchecked); null: not "
+        "recorded."
+    )
 
     @classmethod
     def of(cls, row: Attempt) -> AttemptOut:
         return cls(
+            prompt_source=row.prompt_source,  # type: ignore[arg-type]  # the column holds these three
+            style_check=style_check_word(row.style_check),
             number=row.number,
             prompt=row.prompt,
             grade=row.grade,
@@ -212,9 +257,11 @@ class ABTestOut(BaseModel):
 class Pick(Strict):
     """The user's winner of an A/B test."""
 
-    label: str = Field(min_length=1, max_length=8, description="The chosen variation's label, e.g. A.")
-    user: str | None = Field(
-        default=None, description="Whose pick it is: always the test's owner; a member may name only themselves."
+    label: PlainText = Field(min_length=1, max_length=8, description="The chosen variation's label, e.g. A.")
+    user: PlainText | None = Field(
+        default=None,
+        max_length=40,
+        description="Whose pick it is: always the test's owner; a member may name only themselves.",
     )
 
 

@@ -16,9 +16,11 @@ quiet stream open; `retry:` asks a client to reconnect after RETRY_MS.
 
 A stream is an async generator: every MAS_STREAM_POLL_SECONDS it reads the log after its last id and drains its
 progress feed, each in a worker thread for a few milliseconds (sync SQLAlchemy and Redis), and sleeps in the
-event loop between. It ends when the client goes (Starlette cancels it) or the database does (the client then
-reconnects and resumes), and gives its slot back: one process serves at most MAS_STREAM_MAX streams (each polls
-PostgreSQL and holds a Redis connection); one more is refused with 503 and Retry-After.
+event loop between. A database that is away (a restart, a failover) is waited out for MAS_DATABASE_WAIT_SECONDS,
+the stream saying `: database failing over` at each poll. It ends when the client goes (Starlette cancels it) or
+the database stays away past that (the client then reconnects and resumes), and gives its slot back: one
+process serves at most MAS_STREAM_MAX streams (each polls PostgreSQL and holds a Redis connection); one more is
+refused with 503 and Retry-After.
 """
 
 from __future__ import annotations
@@ -41,17 +43,18 @@ from mas.api import sse
 from mas.api.callers import acting, identity_of, sees
 from mas.api.problems import MEDIA_TYPE, NotFound
 from mas.config import Settings
-from mas.db import DatabaseUnavailable, session_scope
+from mas.db import is_row_id, session_scope
 from mas.errors import PeerUnavailable
 from mas.models import Batch
 from mas.outbox import eventlog, progress
+from mas.runtime import failover
+from mas.runtime.failover import DATABASE_AWAY
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["events"])
 
 RETRY_MS = 3000
 """How long a client waits before it reconnects (the `retry:` hint)."""
-MAX_BATCH_ID = 2**31 - 1  # a larger id is simply not found
 EXAMPLE = (
     "retry: 3000\nid: 41\n\n"
     'id: 42\nevent: video.state\ndata: {"type":"video.state","timestamp":"2026-01-01T02:00:00+00:00",'
@@ -159,7 +162,7 @@ async def follow_batch(
 
 
 def _owner(settings: Settings, batch_id: int) -> str | None:
-    if batch_id > MAX_BATCH_ID:
+    if not is_row_id(batch_id):
         return None
     with session_scope(settings) as session:
         return session.scalar(sa.select(Batch.user_name).where(Batch.id == batch_id))
@@ -187,18 +190,29 @@ async def _open(request: Request, selection: Selection, resume: int | None) -> E
 async def _events(settings: Settings, selection: Selection, last: int) -> AsyncIterator[bytes]:
     """The stream's bytes: its opening, then events, progress and keep-alives until it is cancelled."""
     poll_s, keepalive_s = settings.service.stream_poll_seconds, settings.service.stream_keepalive_seconds
+    wait_s = settings.reliability.database_wait_seconds
     feed = progress.Feed(settings, user=selection.owner, batch_id=selection.batch_id)
     read = partial(eventlog.read_after, settings, user=selection.user, batch_id=selection.batch_id)
     try:
         await anyio.to_thread.run_sync(feed.open)  # progress published from here on is seen
         yield sse.opening(retry_ms=RETRY_MS, last_id=last)
-        quiet_since = time.monotonic()
+        quiet_since, away_since = time.monotonic(), None
         while True:
             try:
                 logged = await anyio.to_thread.run_sync(read, last)
-            except (DatabaseUnavailable, sa.exc.OperationalError) as exc:
-                log.warning("event stream ended (the client resumes after event %d): %s", last, exc)
-                return
+            except DATABASE_AWAY as exc:
+                away_since = away_since or time.monotonic()
+                if time.monotonic() - away_since >= wait_s:
+                    log.warning("event stream ended (the client resumes after event %d): %s", last, exc)
+                    yield sse.comment(f"the database did not answer for {wait_s:.0f} s: resume after event {last}")
+                    return
+                yield sse.comment(failover.FAILING_OVER)
+                quiet_since = time.monotonic()
+                await anyio.sleep(poll_s)
+                continue
+            if away_since is not None:
+                yield sse.comment("database answers again")
+                away_since = None
             chunk = [sse.event(e.type, e.body, id=e.id) for e in logged]
             last = logged[-1].id if logged else last
             behind = len(logged) == eventlog.PAGE  # more are waiting: no pause, progress after

@@ -27,7 +27,7 @@ class StudioConsole(Console):
 
 console = StudioConsole()
 
-ID = click.IntRange(1, 2**31 - 1)
+ID = click.IntRange(1, db.MAX_ROW_ID)
 """A batch, video, test or schedule id: what a PostgreSQL integer key can hold."""
 
 LIMIT = click.IntRange(1, 100_000)
@@ -72,11 +72,12 @@ def load_settings() -> Settings:
 
 
 def ready(settings: Settings) -> None:
-    """Start the embedded services if they are ours, then check and migrate the database."""
+    """Start the embedded services if they are ours, then find the database for this command: reachable, its
+    schema up to date (`mas.db.find`)."""
     try:
         services.up(settings)
     except OSError as exc:  # the data folder (or a folder in it) cannot be made
         if exc.filename is None or not str(exc.filename).startswith(str(settings.data_dir.absolute())):
             raise
         raise InvalidSettings(f"MAS_DATA_DIR {settings.data_dir} cannot be used: {exc.strerror or exc}") from None
-    db.ready_engine(settings)
+    db.find(settings)

@@ -9,6 +9,7 @@ import click
 from rich.table import Column, Table
 
 from mas.cli.context import console, load_settings, ready
+from mas.cli.output import print_whole
 from mas.config import Settings
 from mas.gpu_rules import vram_plan
 from mas.runtime import foreground, processes, services
@@ -82,6 +83,13 @@ def _print_services(settings: Settings) -> None:
         row = [info.name, info.mode, "yes" if info.running else "no", info.url, str(info.pid or ""), info.data]
         table.add_row(*row, *([info.primary] if led else []))
     console.print(table)
+    if settings.agents.backend != "offline" and all(info.running for info in infos if info.name == "postgres"):
+        from mas import db
+        from mas.reports.queries import model_unusable_lately
+
+        db.find(settings, start=False)  # the agent calls' record: is the model of any use
+        if unusable := model_unusable_lately(settings):
+            print_whole(f"agents: {unusable}")
 
 
 def _exec(argv: list[str]) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import click
 from rich.console import Group
@@ -11,15 +14,21 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from mas.cli.context import ID, LIMIT, console, ready
+from mas.cli.context import ID, LIMIT, StudioConsole, console, ready
 from mas.cli.output import print_files, print_whole
 from mas.config import Settings
 from mas.errors import PermanentError
+from mas.learning import style_book
 from mas.models import BatchStatus
+from mas.runtime import failover
+from mas.runtime.failover import DatabaseUnavailable
 from mas.storage import storage
 from mas.text import visible
 
 FINISHED = (BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled)
+T = TypeVar("T")
+err_console = StudioConsole(stderr=True)
+"""Where a watcher says what it waits for (stdout stays the batch's view)."""
 
 
 @click.command()
@@ -41,6 +50,8 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
             console.print(f"video {video_id} waits: {place.text()}")
         print_files(settings, shown.videos)
         usage = queries.agent_usage(settings, shown.id)
+        if warning := queries.model_unusable(settings, usage):
+            print_whole(f"warning: {warning}")
         if usage.calls:
             cached = 100 * usage.cached_tokens / max(usage.prompt_tokens, 1)
             console.print(
@@ -63,20 +74,23 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
             f"gpu worker {w.name} ({w.device}): {w.turns} turns, {w.busy_seconds:.0f} s on the GPU; {models}",
             markup=False,
         )
+    for job, key, fault in queries.row_faults(settings):  # rows a periodic job could not process: none, mostly
+        print_whole(f"{job} {key}: {fault.text()}")
 
 
 def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.0) -> None:
-    """Show the batch live until it is done or cancelled, then its files."""
+    """Show the batch live until it is done or cancelled, then its files. A database that is away (a restart,
+    a failover) is waited out for MAS_DATABASE_WAIT_SECONDS, saying so on stderr: the batch goes on meanwhile."""
     from mas.reports import queries
 
-    batch = _batch(settings, batch_id)
+    answered = _Answered(settings)
+    batch = answered(lambda: _batch(settings, batch_id))
     told: dict[int, str] = {}
     with Live(_batch_view(batch), console=console, refresh_per_second=4) as live:
         while batch.status not in FINISHED:
             time.sleep(poll_s)
-            batch = _batch(settings, batch.id)
-            recovering = queries.waiting_on_recovery(settings)
-            live.update(_batch_view(batch, recovering, queries.batch_places(settings, batch.id)))
+            batch, recovering, places = answered(partial(_look, settings, batch.id))
+            live.update(_batch_view(batch, recovering, places))
             for video in batch.videos:  # said once each, as lines: a log or a pipe shows no live table
                 if recovering.get(video.id, told.get(video.id)) != told.get(video.id):
                     live.console.print(f"video {video.id}: {recovering[video.id]}", markup=False)
@@ -84,6 +98,8 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
     if not console.is_terminal:  # Live ends its last line only on a terminal
         console.line()
     print_files(settings, batch.videos)
+    if warning := queries.model_unusable(settings, queries.agent_usage(settings, batch.id)):
+        print_whole(f"warning: {warning}")
     outcomes = queries.Outcomes.of(batch.videos)
     counts = outcomes.text(batch.total)
     if batch.status == BatchStatus.failed:
@@ -93,6 +109,40 @@ def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.
     if outcomes.failed:
         raise BatchEnded(f"batch {batch.id} done: {counts}")
     console.print(f"batch {batch.id} done: {counts}", markup=False)
+
+
+def _look(settings: Settings, batch_id: int) -> tuple[Any, dict[int, str], dict]:
+    """The batch, its videos waiting on recovery and its places ahead of the GPUs: one look of a watcher."""
+    from mas.reports import queries
+
+    return _batch(settings, batch_id), queries.waiting_on_recovery(settings), queries.batch_places(settings, batch_id)
+
+
+class _Answered:
+    """Calls that read the database, each waited out through a failover (`failover.waited_out`); the wait is
+    said once on stderr, with its bound, and its end too."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.seconds = settings.reliability.database_wait_seconds
+        self.waiting = False
+
+    def __call__(self, read: Callable[[], T]) -> T:
+        try:
+            answer = failover.waited_out(read, seconds=self.seconds, waiting=self._say)
+        except failover.DATABASE_AWAY as exc:
+            raise DatabaseUnavailable(
+                f"the database did not answer for {self.seconds:.0f} s (MAS_DATABASE_WAIT_SECONDS); the batch goes "
+                f"on without this watcher: {exc}"
+            ) from exc
+        if self.waiting:
+            self.waiting = False
+            err_console.print("database answers again")
+        return answer
+
+    def _say(self, exc: BaseException, left: float) -> None:
+        if not self.waiting:
+            self.waiting = True
+            err_console.print(f"{failover.FAILING_OVER}: waiting up to {left:.0f} s ({type(exc).__name__})")
 
 
 class BatchEnded(PermanentError):
@@ -127,14 +177,16 @@ def _batch_view(batch, recovering: dict[int, str] | None = None, places: dict | 
     )
     if batch.failure_reason:
         header.append(visible(f"\nfailed: {batch.failure_reason}"))
+    if batch.style is not None:
+        header.append(visible(f"\nstyle applied: {style_book.applied_text(batch.style)}"))
     bar = Table.grid()  # a grid ends its line: a bare progress bar would run on into the table below
     bar.add_row(ProgressBar(total=max(batch.total, 1), completed=outcomes.done, width=60))
-    table = Table("video", "state", "attempts", "grade", "concept")
+    table = Table("video", "state", "attempts", "grade", "prompt by", "concept")
     for v in batch.videos:
         state = f"{v.state.value} ({recovering[v.id]})" if v.id in recovering else v.state.value
         if v.id in places:
             state += f" ({places[v.id].short()})"
-        table.add_row(str(v.id), state, str(v.attempt_count), v.grade or "", v.concept)
+        table.add_row(str(v.id), state, str(v.attempt_count), v.grade or "", queries.prompt_origin(v), v.concept)
     return Group(header, bar, table)
 
 

@@ -1,4 +1,4 @@
-"""Putting work in: requests, series, A/B tests and picks, taste, resumed and scheduled batches, recovery."""
+"""Putting work in: requests, series, A/B tests and picks, resumed and scheduled batches, recovery."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ from datetime import datetime, timedelta
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from mas.cli.context import ID, USER, console, ready
-from mas.cli.output import print_block
+from mas.cli.output import print_block, print_whole
 from mas.cli.watching import follow_batch
 from mas.config import Settings
 from mas.domain.requests import MAX_VARIATIONS, ProductionRequest, parse_request
 from mas.errors import InvalidInput
 from mas.names import PRIORITIES
+from mas.text import visible
 
 PRIORITY = click.option(
     "--priority",
@@ -134,18 +136,6 @@ def pick(settings: Settings, test: int, label: str) -> None:
 
 
 @click.command()
-@click.argument("feedback")
-@USER
-@click.pass_obj
-def style(settings: Settings, feedback: str) -> None:
-    """Teach the studio your taste, e.g. "I prefer dark moody aesthetics with purple and blue tones"."""
-    from mas.learning import preferences
-
-    ready(settings)
-    print_block("user_style", preferences.learn_style(settings, feedback))
-
-
-@click.command()
 @click.option("--yes", is_flag=True, help="Resume without asking.")
 @click.pass_obj
 def resume(settings: Settings, yes: bool) -> None:
@@ -176,7 +166,8 @@ def schedule_group() -> None:
 @click.pass_obj
 def schedule_list(settings: Settings) -> None:
     """Show scheduled, sent, cancelled and failed batches (a failed one: its user's quotas refused it when it
-    ran; the reason follows the table)."""
+    ran; the reason follows the table), and the schedules that could not be run: failing (tried again later) or
+    parked (after MAS_ROW_MAX_TRIES), each with its error."""
     from mas.reports import queries
 
     ready(settings)
@@ -186,13 +177,16 @@ def schedule_list(settings: Settings) -> None:
         return
     table = Table("id", "runs at", "status", "batch", "request")
     for row in rows:
-        table.add_row(
-            str(row.id), f"{row.run_at.astimezone():%Y-%m-%d %H:%M}", row.status, str(row.batch_id or ""), row.request
+        status = (
+            ("parked" if row.fault.parked else "failing") if row.fault and row.status == "scheduled" else row.status
         )
+        table.add_row(str(row.id), row.runs_at(), status, str(row.batch_id or ""), Text(visible(row.request)))
     console.print(table)
     for row in rows:
         if row.failure_reason:
-            console.print(f"schedule {row.id} failed: {row.failure_reason}")
+            print_whole(f"schedule {row.id} failed: {row.failure_reason}")
+        if row.fault:
+            print_whole(f"schedule {row.id} {row.fault.text()}")
 
 
 @schedule_group.command("cancel")
@@ -234,4 +228,4 @@ def recover(settings: Settings) -> None:
         console.print(f"still running on a live worker, left alone: {line}", markup=False)
 
 
-COMMANDS = [enqueue, series, ab, pick, style, resume, schedule_group, recover]
+COMMANDS = [enqueue, series, ab, pick, resume, schedule_group, recover]

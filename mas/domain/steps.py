@@ -4,7 +4,7 @@ A video's live state names the step that is due (or running) for its current att
 a lease are one name: `writing` -> write, `rendering` -> render, `grading` -> grade, `reviewing` -> review.
 Every step runs through one mechanism (`mas.pipeline.runner`): claim the lease, check the video is where the
 step expects it, do the work with no transaction open, record the result and move the video on. A step
-declares here how often it is tried again and how long one try may take. Adding a stage is one entry here,
+declares here how it is tried again (its `RetryPolicy`, the one its task reads) and how long one try may take. Adding a stage is one entry here,
 its state in `VideoState`, and one body registered with `mas.pipeline.runner.step_task` (ARCHITECTURE.md).
 """
 
@@ -16,12 +16,53 @@ from typing import TYPE_CHECKING, Any
 
 from mas import names
 from mas.domain.states import TERMINAL, VideoState
-from mas.errors import InvalidInput
+from mas.errors import InvalidInput, PermanentError, RetryableError
 
 if TYPE_CHECKING:
     from mas.config import Settings
 
 S = VideoState
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How a failed try is tried again: the one policy a task reads (`mas.runtime.app.StudioTask`). A database
+    that is away is waited out by every task whatever its policy, never spent from these retries."""
+
+    times: Callable[[Settings], int]
+    """How often a failed try is tried again."""
+    backoff: int
+    """The bound of the first wait between two tries, in seconds: it doubles with each try up to `backoff_max`,
+    and each wait is drawn at random below it (jitter)."""
+    backoff_max: Callable[[Settings], int]
+    """The longest wait between two tries, in seconds."""
+    any_error: bool
+    """True: any error but a permanent one is tried again (a render that crashed, hung past its soft time limit
+    or answered garbage); False: only an error that says trying again can help (`RetryableError`)."""
+    waits_for_peers: bool = False
+    """Whether a server it needs that is away (`PeerUnavailable`: an LLM, Letta) is waited for, every
+    MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS for up to MAS_PEER_WAIT_SECONDS, without spending `times`."""
+
+    def tries_again(self, error: Exception) -> bool:
+        """Whether `error` is worth another try (a permanent error never is)."""
+        return not isinstance(error, PermanentError) and (self.any_error or isinstance(error, RetryableError))
+
+
+ASKS_AN_AGENT = RetryPolicy(
+    times=lambda settings: settings.agents.retries,
+    backoff=2,
+    backoff_max=lambda settings: settings.agents.retry_backoff_max_seconds,
+    any_error=False,
+    waits_for_peers=True,
+)
+"""A step (or a task) that asks an agent: a reply that cannot be used yet is asked again, a server that is away
+is waited for."""
+
+ON_THE_GPU = RetryPolicy(
+    times=lambda settings: settings.gpu.step_retries, backoff=1, backoff_max=lambda _: 60, any_error=True
+)
+"""A step of the gpu worker: a generator or grader that fails, hangs or answers garbage is tried a few times,
+then the video is skipped with the reason; a permanent error (a missing model, a refused workflow) at once."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,14 +82,13 @@ class Step:
     """The states its success may move the video to (first: the usual one, `next_state`)."""
     work: str
     """What it does, for people."""
-    retries: Callable[[Settings], int]
-    """How often a failed try is tried again (what counts as a failure worth another try: `on_gpu`)."""
+    retry: RetryPolicy
+    """How a failed try is tried again: how often, after how long, and which errors."""
     time_limit: Callable[[Settings], float] | None = None
     """How long one try may run before it is killed (a soft limit a little earlier lets it clean up); None:
     its calls bound themselves (an agent's request has its own timeout)."""
     on_gpu: bool = False
-    """Whether it runs on the gpu worker: any error of its backend is tried again (a render that crashed or
-    hung); off the GPU, only errors that say trying again can help, and a server that is away is waited for."""
+    """Whether it runs on the gpu worker (pacing counts the steps up to the first one that does)."""
     finishes: bool = False
     """Whether it finishes what an earlier step started (a grading, a review): taken before new work."""
 
@@ -67,7 +107,7 @@ STEPS: tuple[Step, ...] = (
         state=S.writing,
         leads_to=(S.rendering,),
         work="the Writer writes the attempt's prompt from the concept, the user's style and past outcomes",
-        retries=lambda settings: settings.agents.retries,
+        retry=ASKS_AN_AGENT,
     ),
     Step(
         name="render",
@@ -76,7 +116,7 @@ STEPS: tuple[Step, ...] = (
         state=S.rendering,
         leads_to=(S.grading,),
         work="the video backend renders the prompt to an mp4",
-        retries=lambda settings: settings.gpu.step_retries,
+        retry=ON_THE_GPU,
         time_limit=lambda settings: settings.gpu.max_render_seconds,
         on_gpu=True,
     ),
@@ -87,7 +127,7 @@ STEPS: tuple[Step, ...] = (
         state=S.grading,
         leads_to=(S.reviewing,),
         work="the grader scores the render per axis and grades it",
-        retries=lambda settings: settings.gpu.step_retries,
+        retry=ON_THE_GPU,
         time_limit=lambda settings: settings.gpu.max_render_seconds,
         on_gpu=True,
         finishes=True,
@@ -99,7 +139,7 @@ STEPS: tuple[Step, ...] = (
         state=S.reviewing,
         leads_to=(S.accepted, S.writing, S.failed),
         work="the Cameraman accepts the attempt, refines it (the next attempt's write) or gives the video up",
-        retries=lambda settings: settings.agents.retries,
+        retry=ASKS_AN_AGENT,
         finishes=True,
     ),
 )

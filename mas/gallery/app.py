@@ -22,11 +22,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import (
-    FileResponse,
-    JSONResponse,
-    Response,
-)
+from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.templating import Jinja2Templates
 
@@ -34,14 +30,16 @@ from mas.accounts import users
 from mas.api import create_api
 from mas.api.callers import acting, identity_of, sees
 from mas.api.health import Readiness, healthz, readyz
+from mas.api.problems import problem
 from mas.config import Settings, is_loopback
-from mas.db import DatabaseUnavailable, session_scope
+from mas.db import DatabaseUnavailable, is_row_id, session_scope
 from mas.domain.states import TERMINAL
 from mas.errors import InvalidInput
 from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
-from mas.gallery.control import batch_action, pick_winner
+from mas.gallery.control import batch_action, pick_winner, style_action
 from mas.gallery.frames import strip_jpeg
 from mas.gallery.gate import GalleryError, Gate, configured_login
+from mas.gallery.headers import SecurityHeaders, page_policy
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Attempt, Batch, Series, Video
@@ -49,13 +47,13 @@ from mas.outbox import eventlog
 from mas.reports import queries
 from mas.reports.metrics import metrics
 from mas.reports.queries import Outcomes
+from mas.runtime.failover import away_message
 from mas.runtime.services import ServiceError
 from mas.storage import storage
 from mas.video import VideoUnreadable
 
 FINAL = tuple(TERMINAL)
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-MAX_ID = 2**31 - 1  # Postgres integer: a larger id in a URL is simply not found, never a server error
 LIST_LIMIT = 100
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -117,6 +115,7 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/ab/{test_id:id}/pick/{label}", pick_winner, methods=["POST"]),
             Route("/batches/{batch_id:id}/{action}", batch_action, methods=["POST"]),
             Route("/memory", memory_page),
+            Route("/memory/style/{item_id:id}/{action}", style_action, methods=["POST"]),
             Route("/videos/{video_id:id}/frames.jpg", frames),
             Route("/files/{path:path}", video_file),
             Route("/healthz", healthz),
@@ -124,8 +123,17 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
             Route("/metrics", studio_metrics),
             Mount("/api/v1", app=create_api(settings)),
         ],
-        middleware=[Middleware(Gate, settings=settings, hosts=allowed_hosts)],
-        exception_handlers={HTTPException: _error, DatabaseUnavailable: _unavailable, ServiceError: _unavailable},
+        middleware=[
+            Middleware(SecurityHeaders, policy=page_policy(templates.get_template("base.html").render())),
+            Middleware(Gate, settings=settings, hosts=allowed_hosts),
+        ],
+        exception_handlers={
+            HTTPException: _error,
+            DatabaseUnavailable: _unavailable,
+            ServiceError: _unavailable,
+            sa.exc.OperationalError: _unavailable,
+            sa.exc.InterfaceError: _unavailable,
+        },
     )
     app.state.settings = settings
     app.state.readiness = Readiness(settings)  # /readyz's checks, run at most every MAS_READY_CACHE_SECONDS
@@ -168,7 +176,7 @@ def _settings(request: Request) -> Settings:
 
 def _get(request: Request, session: Session, model: type[Owned], key: int) -> Owned | None:
     """The row, or None when there is none or it is another user's (a member sees only their own)."""
-    row = session.get(model, key) if key <= MAX_ID else None
+    row = session.get(model, key) if is_row_id(key) else None
     return row if row is not None and sees(request, row.user_name) else None
 
 
@@ -309,7 +317,14 @@ def ab_page(request: Request) -> Response:
 
 
 def memory_page(request: Request) -> Response:
-    memory = blocks.read_all(_settings(request))
+    from mas.learning import style_book
+
+    settings = _settings(request)
+    items, unread = (
+        style_book.entries(settings),
+        style_book.unread(settings),
+    )  # the items first: they may follow the block
+    memory = blocks.read_all(settings)
     if not identity_of(request).is_admin:  # a member's own taste only: the studio's blocks speak of everyone's work
         memory = {label: value for label, value in memory.items() if label in blocks.PER_USER}
     return templates.TemplateResponse(
@@ -319,6 +334,9 @@ def memory_page(request: Request) -> Response:
             "memory": memory,
             "style": memory["user_style"],
             "winning": memory["ab_testing"]["WINNING_PATTERNS"],
+            "items": items,
+            "unread": unread,
+            "sources": style_book.SOURCES,
         },
     )
 
@@ -334,7 +352,7 @@ def studio_metrics(request: Request) -> Response:
 def frames(request: Request) -> Response:
     settings, video_id = _settings(request), request.path_params["video_id"]
     with session_scope(settings) as session:
-        video = session.get(Video, video_id) if video_id <= MAX_ID else None
+        video = session.get(Video, video_id) if is_row_id(video_id) else None
         if video is None or not sees(request, video.batch.user_name):
             raise HTTPException(404, f"there is no video {video_id}")
         key, note = _served_file(settings, video)
@@ -353,6 +371,8 @@ def video_file(request: Request) -> Response:
     settings, raw = _settings(request), request.path_params["path"]
     if len(raw) > MAX_PATH_CHARS or any(len(part) > 255 for part in raw.split("/")):
         raise HTTPException(404, "no such file in the output folder (the path is too long)")
+    if not raw.isprintable():  # NUL, a control character: no file the studio writes, and never asked of SQL
+        raise HTTPException(404, f"no file {raw!r} in the output folder")
     path = storage(settings).local_file(raw) if _may_read(request, settings, raw) else None
     if path is None:
         raise HTTPException(404, f"no file {raw!r} in the output folder")
@@ -380,8 +400,8 @@ def _error(request: Request, exc: Exception) -> Response:
     """A clear page (or JSON under /api) saying what was not found or refused."""
     assert isinstance(exc, HTTPException)
     message = f"there is no page {request.url.path}" if exc.detail == "Not Found" else exc.detail  # no route matched
-    if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+    if request.url.path.startswith("/api/"):  # a path the API's routes never saw (a line break in it): a problem
+        return problem(exc.status_code, message, kind="http")
     back = f"/ab/{request.path_params['test_id']}" if "test_id" in request.path_params else "/"
     context: dict[str, Any] = {"status": exc.status_code, "message": message, "back": back}
     return templates.TemplateResponse(request, "error.html", context, status_code=exc.status_code, headers=exc.headers)
@@ -389,6 +409,9 @@ def _error(request: Request, exc: Exception) -> Response:
 
 def _unavailable(request: Request, exc: Exception) -> Response:
     """PostgreSQL can't be reached or started: say so (the message names the URL), instead of a bare 500."""
+    message = str(exc)
+    if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+        message = away_message(request.app.state.settings.database.url, exc)
     return templates.TemplateResponse(
-        request, "error.html", {"status": 503, "message": str(exc), "back": "/"}, status_code=503
+        request, "error.html", {"status": 503, "message": message, "back": "/"}, status_code=503
     )

@@ -1,5 +1,6 @@
-"""The gallery's buttons that change work or teach taste: cancel, pause or continue a batch, and pick an A/B
-winner, exactly as `mas cancel`, `mas pause`, `mas continue` and `mas pick` do."""
+"""The gallery's buttons that change work or teach taste: cancel, pause or continue a batch, pick an A/B
+winner, turn a style item round or remove it, exactly as `mas cancel`, `mas pause`, `mas continue`, `mas pick`,
+`mas style --like/--avoid` and `mas style forget` do."""
 
 from __future__ import annotations
 
@@ -61,3 +62,20 @@ def pick_winner(request: Request) -> Response:
     except PreferenceError as exc:
         raise HTTPException(409, str(exc)) from None
     return RedirectResponse(f"/ab/{test_id}", status_code=303)
+
+
+def style_action(request: Request) -> Response:
+    """POST /memory/style/{id}/flip | forget: turn the caller's style item round or remove it, then show the
+    memory page (post/redirect/get). Another user's item is not found, as one that does not exist."""
+    from mas.learning import style_book
+
+    actions = {"flip": style_book.flip, "forget": style_book.forget}
+    item_id, action = request.path_params["item_id"], request.path_params["action"]
+    if action not in actions:
+        raise HTTPException(404, f"no such action {action!r} on a style item: flip or forget")
+    refuse_cross_site(request, f"a style {action}")
+    try:
+        actions[action](acting(request), item_id)
+    except style_book.UnknownItem as exc:
+        raise HTTPException(404, str(exc)) from None
+    return RedirectResponse("/memory#style-items", status_code=303)

@@ -4,7 +4,9 @@ and the credential, which decides who acts (`mas.domain.identity.Identity`, kept
 Credentials, in order: the operator's `MAS_API_TOKEN` (an admin acting as MAS_USER), a user's API key
 (`Authorization: Bearer mas_...`), the configured gallery login (MAS_GALLERY_USER, an admin as today), a
 user's own gallery login (`mas users password`). A studio with none of these configured and no users is
-open (it serves only loopback then) and everyone acts as its operator.
+open (it serves only loopback then) and everyone acts as its operator. A login's failures are counted per user
+name and per client address (`mas.accounts.throttle`): past their limits a login is refused with 429 and
+Retry-After before its password is checked.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ import secrets
 from urllib.parse import urlsplit
 
 import anyio.to_thread
+import sqlalchemy as sa
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mas.accounts import users
+from mas.accounts import throttle, users
 from mas.api.callers import SCOPE_KEY
 from mas.config import Settings
 from mas.db import DatabaseUnavailable
 from mas.domain.identity import Identity
 from mas.errors import InvalidSettings
+from mas.runtime.failover import away_message
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 """Probes answer without credentials (they tell whether the studio works, not what it holds)."""
@@ -63,10 +67,16 @@ class Gate:
         headers, path = Headers(scope=scope), scope.get("path", "")
         refusal = _refusal(headers, path, scope.get("method", "GET"), self.hosts)
         if refusal is None and path not in OPEN_PATHS:
+            client = scope.get("client")
+            address = client[0] if client else ""
             try:
-                identity = await anyio.to_thread.run_sync(self._identity, headers.get("authorization", ""))
+                identity = await anyio.to_thread.run_sync(self._identity, headers.get("authorization", ""), address)
             except DatabaseUnavailable as exc:
                 refusal = _unavailable(path, str(exc))
+            except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:  # restarting or failing over
+                refusal = _unavailable(path, away_message(self.settings.database.url, exc))
+            except throttle.TooManyLogins as exc:
+                refusal = _throttled(path, exc)
             else:
                 if identity is None:
                     refusal = _unauthorized(path)
@@ -76,7 +86,9 @@ class Gate:
         else:
             await refusal(scope, receive, send)
 
-    def _identity(self, authorization: str) -> Identity | None:
+    def _identity(self, authorization: str, address: str) -> Identity | None:
+        """Who the credential proves, or None. A login (basic auth) is throttled before its password is checked,
+        and a failed one counted (`mas.accounts.throttle`)."""
         scheme, _, given = authorization.partition(" ")
         given = given.strip()
         if scheme.lower() == "bearer" and given:
@@ -87,16 +99,17 @@ class Gate:
                 return found
         login = _basic_credentials(authorization) if scheme.lower() == "basic" else None
         if login is not None:
-            name, password = login
+            name, password = login[0].decode(errors="replace"), login[1].decode(errors="replace")
+            throttle.check(self.settings, name, address)
             if self.login is not None and _same_login(login, self.login):
-                return Identity(name=name.decode(), role="admin")
-            found = users.by_login(
-                self.settings, name.decode(errors="replace"), password.decode(errors="replace"), self.verified
-            )
+                return Identity(name=name, role="admin")
+            found = users.by_login(self.settings, name, password, self.verified)
             if found is not None:
                 return found
         if self.login is None and self.token is None and not users.any_users(self.settings):
             return self._operator()  # an open studio (served on loopback only)
+        if login is not None:
+            throttle.failed(self.settings, name, address)
         return None
 
     def _operator(self) -> Identity:
@@ -119,7 +132,7 @@ def _problem(status: int, kind: str, title: str, detail: str, headers: dict[str,
         "title": title,
         "status": status,
         "detail": detail,
-        "retryable": status == 503,
+        "retryable": status in (429, 503),
     }
     return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
 
@@ -134,6 +147,13 @@ def _unauthorized(path: str) -> Response:
         status_code=401,
         headers={"WWW-Authenticate": 'Basic realm="mas gallery", charset="UTF-8"'},
     )
+
+
+def _throttled(path: str, exc: throttle.TooManyLogins) -> Response:
+    headers = {"Retry-After": str(exc.retry_after)}
+    if path.startswith("/api/"):
+        return _problem(429, "too-many-logins", "Too many requests", str(exc), headers)
+    return PlainTextResponse(str(exc), status_code=429, headers=headers)
 
 
 def _unavailable(path: str, detail: str) -> Response:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from mas import agents
-from mas.agents.style import Style, stamped
 from mas.config import Settings
 from mas.db import session_scope
 from mas.errors import InvalidInput
+from mas.learning import style_book
 from mas.learning.promotion import expect
 from mas.learning.taste import Option
 from mas.memory import blocks
@@ -22,41 +22,51 @@ class PreferenceError(InvalidInput):
     """The feedback or choice can't be recorded; the message says why."""
 
 
-HISTORY_SHOWN = 3
-"""Changes of earlier items the block keeps however many items it holds (the rest are in its history)."""
+@dataclass(frozen=True, kw_only=True)
+class Lesson:
+    """What one feedback taught: who read it, the items stored and those turned round, what was not
+    understood (quoted), and the `user_style` block after it."""
+
+    feedback: str
+    reader: str  # studio | model
+    note: str
+    stored: list[style_book.Entry]
+    turned: list[dict[str, str]]
+    not_understood: list[str]
+    block: dict
 
 
-def learn_style(settings: Settings, feedback: str) -> dict:
-    """Director: read style feedback into items of `user_style` (liked or ruled out). A new item replaces
-    every earlier one about the same thing, and the block's ITEM_HISTORY says which it turned round."""
+def read_feedback(settings: Settings, feedback: str) -> Lesson:
+    """Director: read style feedback into the user's items (`mas.learning.style_book`), each liked or ruled
+    out, the clauses it did not understand kept with the feedback and never stored as items."""
     check_storable(feedback, "the style feedback")
     if not feedback.strip():
         raise PreferenceError('the feedback is empty: say what you like, e.g. "dark moody purple tones"')
     reading = agents.backend(settings).director.read_style(feedback)
-    if not reading.items:
+    unread = list(reading.not_understood)
+    if not reading.items and not unread and reading.source == "model":
+        unread = [feedback]  # the model read nothing in it: the whole feedback is not understood
+    if not reading.items and not unread:
         raise PreferenceError(
             "I found no colour, mood, theme or pacing in that feedback, to like or to rule out; nothing "
-            'changed. Try e.g. "I prefer dark moody aesthetics with purple and blue tones" or "no red"'
+            'changed. Try e.g. "I prefer dark moody aesthetics with purple and blue tones" or "no red", or '
+            'give an item as it is: mas style --avoid "handheld camera"'
         )
-    items = stamped(reading.items, feedback=feedback, at=blocks.now_iso())
+    changed = style_book.learn(settings, reading.items, feedback=feedback, source=reading.source, not_understood=unread)
+    return Lesson(
+        feedback=feedback,
+        reader=reading.source,
+        note=reading.note,
+        stored=changed.entries,
+        turned=changed.turned,
+        not_understood=unread,
+        block=changed.block,
+    )
 
-    def change(v: dict) -> dict:
-        style, changes = Style.of(v).learned(items)
-        history = [*v.get("ITEM_HISTORY", []), *changes]
-        fields = style.block_fields(history)
-        # within the block's cap: the oldest changes go first down to the last few, then the oldest items
-        # (never this feedback's), then the rest of the changes; every change stays in the block's history
-        while len(json.dumps({**v, **fields})) > settings.memory.core_block_max_chars and (
-            history or len(style.items) > len(items)
-        ):
-            if len(history) > HISTORY_SHOWN or (history and len(style.items) <= len(items)):
-                history = history[1:]
-            else:
-                style = Style(items=style.items[1:])
-            fields = style.block_fields(history)
-        return fields
 
-    return blocks.update(settings, "user_style", change, actor=f"director ({reading.source})")
+def learn_style(settings: Settings, feedback: str) -> dict:
+    """`read_feedback`, answering the `user_style` block it leaves."""
+    return read_feedback(settings, feedback).block
 
 
 def pick(settings: Settings, test_id: int, label: str) -> dict:

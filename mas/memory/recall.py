@@ -275,18 +275,20 @@ def known(settings: Settings) -> list[str]:
 
 def maintain(settings: Settings, *, summarizer: Summarizer = digest) -> list[Action]:
     """Maintenance v3 (`mas.memory.buffer_policy`) on every agent's and conversation's buffer, each under
-    its row lock; one record per buffer."""
-    actions = []
-    for agent in known(settings):
-        with session_scope(settings) as session:
-            buffer = _lock(session, agent)
-            before = _live_count(session, agent)
-            decision = buffer_policy.decide(settings, messages=before, failures=buffer.failed_summaries)
-            done = _carry_out(settings, session, buffer, decision, summarizer)
-            action = buffer_policy.record(agent, done, before=before, after=_live_count(session, agent))
-        buffer_policy.log_action(log, action)
-        actions.append(action)
-    return actions
+    its row lock; one record per buffer. (The beat job takes them one at a time through `mas.pipeline.rows`.)"""
+    return [maintain_agent(settings, agent, summarizer=summarizer) for agent in known(settings)]
+
+
+def maintain_agent(settings: Settings, agent: str, *, summarizer: Summarizer = digest) -> Action:
+    """Maintenance v3 on one agent's or conversation's buffer, under its row lock."""
+    with session_scope(settings) as session:
+        buffer = _lock(session, agent)
+        before = _live_count(session, agent)
+        decision = buffer_policy.decide(settings, messages=before, failures=buffer.failed_summaries)
+        done = _carry_out(settings, session, buffer, decision, summarizer)
+        action = buffer_policy.record(agent, done, before=before, after=_live_count(session, agent))
+    buffer_policy.log_action(log, action)
+    return action
 
 
 # --- internals: all take the session whose transaction holds the agent's row lock --------------------

@@ -29,7 +29,7 @@ import logging
 import random
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,11 +39,12 @@ from sqlalchemy.orm import aliased
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
 
 from mas.config import Settings
-from mas.db import session_scope
+from mas.db import readable, session_scope
 from mas.errors import InvalidSettings, StudioError
 from mas.models import Batch, User, WebhookEvent
 from mas.outbox import targets
 from mas.redaction import redact_text, redact_url
+from mas.runtime import failover
 
 log = logging.getLogger(__name__)
 
@@ -139,23 +140,38 @@ def deliver_due(
         if _needs_studio_secret(settings):  # a studio without webhooks has no secret and nothing to send
             raise
         studio = None
-    claimed = _claim(settings, limit=limit)
-    if not claimed:
+    claimed, unreadable = _claim(settings, limit=limit)
+    if not claimed and not unreadable:
         return report
     rules = targets.rules(settings, resolver)
-    with (
-        _client(settings) as client,
-        ThreadPoolExecutor(max_workers=min(MAX_SENDERS, len(claimed))) as pool,
-    ):
-        answers = list(
-            pool.map(lambda event: _send(client, _signer_of(settings, event, studio), event, rules, resolver), claimed)
-        )
+    answers: list[_Answer] = []
+    if claimed:
+        with (
+            _client(settings) as client,
+            ThreadPoolExecutor(max_workers=min(MAX_SENDERS, len(claimed))) as pool,
+        ):
+            answers = list(pool.map(lambda event: _try(settings, client, studio, event, rules, resolver), claimed))
     secrets = settings.secret_values()
     with session_scope(settings) as session:
-        for event, answer in zip(claimed, answers, strict=True):
+        for event, answer in [*zip(claimed, answers, strict=True), *unreadable]:
             shown = None if answer.error is None else redact_text(answer.error, secrets)[:ERROR_CHARS]
             _record(session, settings, event, _Answer(shown, answer.final), report)
     return report
+
+
+def _try(
+    settings: Settings,
+    client: httpx.Client,
+    studio: Webhook | None,
+    event: _Claimed,
+    rules: targets.Rules,
+    resolver: targets.Resolver,
+) -> _Answer:
+    """One event's try; whatever it raises is its failure, never the round's."""
+    try:
+        return _send(client, _signer_of(settings, event, studio), event, rules, resolver)
+    except Exception as exc:
+        return _failure(exc)
 
 
 def _signer_of(settings: Settings, event: _Claimed, studio: Webhook | None) -> Webhook | None:
@@ -197,7 +213,8 @@ def _client(settings: Settings) -> httpx.Client:
 
 def _due(limit: int) -> sa.Select:
     """Events to try now, oldest first, each the earliest unfinished one of its batch and receiver; rows
-    another deliverer is claiming are skipped."""
+    another deliverer is claiming are skipped. Only the columns that are always readable: an event's payload
+    is read on its own (`_claim`)."""
     event, earlier = WebhookEvent, aliased(WebhookEvent)
     unfinished = sa.and_(event.delivered_at.is_(None), event.failed_at.is_(None))
     waits_on_earlier = sa.exists().where(
@@ -208,7 +225,7 @@ def _due(limit: int) -> sa.Select:
         earlier.failed_at.is_(None),
     )
     return (
-        sa.select(event)
+        sa.select(event.seq, event.id, event.url, event.attempts)
         .where(unfinished, event.next_attempt_at <= sa.func.now(), ~waits_on_earlier)
         .order_by(event.seq)
         .limit(limit)
@@ -216,26 +233,39 @@ def _due(limit: int) -> sa.Select:
     )
 
 
-def _claim(settings: Settings, *, limit: int) -> list[_Claimed]:
+def _claim(settings: Settings, *, limit: int) -> tuple[list[_Claimed], list[tuple[_Claimed, _Answer]]]:
     """Lock the due events and move their next try past this send (committed at once: no transaction stays
-    open while receivers are called)."""
+    open while receivers are called). Each event's payload and secret are read on its own: one that cannot be
+    read (a number too long for Python) is this try's failure, beside the events that are sent."""
     waves = -(-limit // MAX_SENDERS)
     hold = timedelta(seconds=waves * settings.webhooks.timeout_seconds + CLAIM_MARGIN_S)
+    claimed: list[_Claimed] = []
+    unreadable: list[tuple[_Claimed, _Answer]] = []
     with session_scope(settings) as session:
-        rows = session.execute(_due(limit).add_columns(_user_secret())).all()
-        claimed = [
-            _Claimed(seq=r.seq, id=r.id, url=r.url, payload=r.payload, attempts=r.attempts, secret=secret)
-            for r, secret in rows
-        ]
-        if claimed:
-            seqs = [event.seq for event in claimed]
-            session.execute(
-                sa.update(WebhookEvent)
-                .where(WebhookEvent.seq.in_(seqs))
-                .values(next_attempt_at=sa.func.now() + hold)
-                .execution_options(synchronize_session=False)
-            )
-        return claimed
+        due = session.execute(_due(limit)).all()
+        if not due:
+            return claimed, unreadable
+        session.execute(
+            sa.update(WebhookEvent)
+            .where(WebhookEvent.seq.in_([row.seq for row in due]))
+            .values(next_attempt_at=sa.func.now() + hold)
+            .execution_options(synchronize_session=False)
+        )
+        for seq, event_id, url, attempts in due:
+            event = _Claimed(seq=seq, id=event_id, url=url, payload={}, attempts=attempts, secret=None)
+            try:
+                with session.begin_nested():
+                    payload, secret = session.execute(
+                        sa.select(WebhookEvent.payload, _user_secret()).where(WebhookEvent.seq == seq)
+                    ).one()
+            except Exception as exc:
+                if failover.is_away(exc):
+                    raise
+                cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+                unreadable.append((event, _Answer(f"unreadable: {_failure(cause).error}")))
+                continue
+            claimed.append(replace(event, payload=payload, secret=secret))
+    return claimed, unreadable
 
 
 def _send(
@@ -323,15 +353,31 @@ def _record(session, settings: Settings, event: _Claimed, answer: _Answer, repor
     )
 
 
-def pending(settings: Settings, *, limit: int = 100) -> list[WebhookEvent]:
+def _listed() -> sa.Select:
+    """What `mas webhooks` shows of an event: never its payload, and its times only where Python can hold them, so
+    an event that cannot be read is listed as it is instead of stopping the listing."""
+    event = WebhookEvent
+    return sa.select(
+        event.id,
+        event.type,
+        event.batch_id,
+        event.url,
+        event.attempts,
+        event.last_error,
+        readable(event.next_attempt_at).label("next_attempt_at"),
+        readable(event.failed_at).label("failed_at"),
+    )
+
+
+def pending(settings: Settings, *, limit: int = 100) -> list[sa.Row]:
     """Events not delivered yet and not given up, oldest first (`mas webhooks`)."""
     with session_scope(settings) as session:
-        query = sa.select(WebhookEvent).where(WebhookEvent.delivered_at.is_(None), WebhookEvent.failed_at.is_(None))
-        return list(session.scalars(query.order_by(WebhookEvent.seq).limit(limit)))
+        query = _listed().where(WebhookEvent.delivered_at.is_(None), WebhookEvent.failed_at.is_(None))
+        return list(session.execute(query.order_by(WebhookEvent.seq).limit(limit)))
 
 
-def failed(settings: Settings, *, limit: int = 100) -> list[WebhookEvent]:
+def failed(settings: Settings, *, limit: int = 100) -> list[sa.Row]:
     """Events given up after MAS_WEBHOOK_MAX_ATTEMPTS tries, newest first (`mas webhooks`)."""
     with session_scope(settings) as session:
-        query = sa.select(WebhookEvent).where(WebhookEvent.failed_at.is_not(None))
-        return list(session.scalars(query.order_by(WebhookEvent.seq.desc()).limit(limit)))
+        query = _listed().where(WebhookEvent.failed_at.is_not(None))
+        return list(session.execute(query.order_by(WebhookEvent.seq.desc()).limit(limit)))

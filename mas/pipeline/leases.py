@@ -9,6 +9,8 @@ batch, a second gpu worker) finds the live lease and leaves the work alone. A le
 name takes over at once the leases of its predecessor's processes, which are gone (`take_over_predecessors`),
 and `mas recover` those of workers that no longer answer (`expire_unanswered`). Each take-over counts a claim; a step claimed more often than
 `MAS_MAX_DELIVERIES` keeps killing its worker and is given up (a step's deliveries are counted here only).
+A lease that could not be released because the database was away (a failover) is remembered by its process,
+which takes it back when the step comes again (its retry) and releases it once the database answers.
 
 Postgres holds the leases, so they survive a broker that lost its data and are shared by every worker.
 """
@@ -19,6 +21,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +35,8 @@ from mas.config import Settings
 from mas.db import ready_engine
 from mas.domain.states import TERMINAL
 from mas.errors import PermanentError, RetryableError
+from mas.runtime.failover import DATABASE_AWAY
+from mas.singletons import per_process
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +76,58 @@ _CLAIM = sa.text("""
     values (:video_id, :attempt, :step, :token, :worker, 1, now(), now())
     on conflict (video_id, attempt, step) do update
        set token = excluded.token, worker = excluded.worker,
-           claims = step_leases.claims + (step_leases.token is not null)::int,
+           claims = step_leases.claims + (step_leases.token is distinct from cast(:own as text)
+                                          and step_leases.token is not null)::int,
            started_at = now(), heartbeat_at = now()
      where step_leases.token is null
+        or step_leases.token = cast(:own as text)
         or step_leases.heartbeat_at < now() - make_interval(secs => :expiry)
     returning claims
 """)
 
 
+class Unreleased:
+    """The leases this process ended but could not release (the database was away): no delivery runs their
+    steps, so this process's next claim of one takes it back at once instead of waiting out its expiry, and a
+    thread releases each once the database answers."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[tuple[int, int, str], str] = {}
+        self._lock = threading.Lock()
+
+    def keep(self, lease: Lease) -> None:
+        with self._lock:
+            self._tokens[_slot(lease)] = lease.token
+
+    def token(self, video_id: int, attempt: int, step: str) -> str | None:
+        with self._lock:
+            return self._tokens.get((video_id, attempt, step))
+
+    def holds(self, lease: Lease) -> bool:
+        return self.token(lease.video_id, lease.attempt, lease.step) == lease.token
+
+    def drop(self, video_id: int, attempt: int, step: str, token: str | None) -> None:
+        with self._lock:
+            if token is not None and self._tokens.get((video_id, attempt, step)) == token:
+                del self._tokens[(video_id, attempt, step)]
+
+
+@per_process(key=lambda: "unreleased")
+def unreleased() -> Unreleased:
+    """This process's `Unreleased` (a forked child starts with none: its parent's leases are not its own)."""
+    return Unreleased()
+
+
+def _slot(lease: Lease) -> tuple[int, int, str]:
+    return lease.video_id, lease.attempt, lease.step
+
+
 def claim(settings: Settings, *, video_id: int, attempt: int, step: str, worker: str) -> Lease | None:
     """The lease of this step, or None when another delivery holds a live one (leave the work to it).
-    `worker` is the Celery node name of the claiming worker (`holder` adds this process's id)."""
+    `worker` is the Celery node name of the claiming worker (`holder` adds this process's id). A lease this
+    process could not release (`Unreleased`) is taken back, and not counted as a holder that died."""
     token = uuid.uuid4().hex
+    own = unreleased().token(video_id, attempt, step)
     with ready_engine(settings).begin() as conn:
         claims = conn.execute(
             _CLAIM,
@@ -91,12 +136,16 @@ def claim(settings: Settings, *, video_id: int, attempt: int, step: str, worker:
                 "attempt": attempt,
                 "step": step,
                 "token": token,
+                "own": own,
                 "worker": holder(worker),
                 "expiry": settings.reliability.lease_expiry_seconds,
             },
         ).scalar_one_or_none()
     if claims is None:
         return None
+    if own is not None:
+        unreleased().drop(video_id, attempt, step, own)  # taken back, or released by its thread meanwhile
+        log.info("%s of video %s attempt %s: its lease taken back by this worker", step, video_id, attempt)
     return Lease(video_id=video_id, attempt=attempt, step=step, token=token, claims=claims)
 
 
@@ -286,7 +335,43 @@ def held(settings: Settings, *, video_id: int, attempt: int, step: str, worker: 
         with _heartbeat(settings, lease):
             yield lease
     finally:
+        _let_go(settings, lease)
+
+
+def _let_go(settings: Settings, lease: Lease) -> None:
+    """Release the lease; when the database is away, keep it in `unreleased` (this process's next claim of the
+    step takes it back) and release it from a thread once the database answers, until it would have expired."""
+    try:
         release(settings, lease)
+        return
+    except DATABASE_AWAY as exc:
+        log.warning(
+            "%s of video %s attempt %s: lease not released yet: %s", lease.step, lease.video_id, lease.attempt, exc
+        )
+    unreleased().keep(lease)
+    threading.Thread(
+        target=_release_when_answered,
+        args=(settings, lease),
+        name=f"release-{lease.step}-{lease.video_id}",
+        daemon=True,
+    ).start()
+
+
+def _release_when_answered(settings: Settings, lease: Lease) -> None:
+    mine = unreleased()
+    deadline = time.monotonic() + settings.reliability.lease_expiry_seconds  # then it is dead: anyone takes it
+    pause = 0.25
+    try:
+        while mine.holds(lease) and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
+            try:
+                release(settings, lease)
+                return
+            except DATABASE_AWAY:
+                continue
+    finally:
+        mine.drop(lease.video_id, lease.attempt, lease.step, lease.token)
 
 
 def check_claims(settings: Settings, lease: Lease) -> None:
@@ -306,8 +391,9 @@ def hold_step(
 ) -> Iterator[Lease]:
     """For a task body: hold the step's lease, or end the task quietly (Celery's `Ignore`: no error, no next
     step) when another delivery is running the same step. A retry (`retrying`) that finds the lease held may
-    be finding its own earlier try's, which could not release it (the database was away): it raises
-    `LeaseHeld`, to be tried again once that lease has expired."""
+    be finding its own earlier try's, which could not release it (the database was away): in the same process
+    it is taken back at once (`Unreleased`); elsewhere it raises `LeaseHeld`, to be tried again once that lease
+    is released or has expired."""
     with held(settings, video_id=video_id, attempt=attempt, step=step, worker=worker) as lease:
         if lease is None:
             if retrying:

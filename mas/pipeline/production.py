@@ -7,7 +7,7 @@ is counted against its user's quotas in the transaction that stores it (`mas.pip
 from __future__ import annotations
 
 import socket
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -24,7 +24,7 @@ from mas.errors import InvalidInput, PeerUnavailable
 from mas.models import Batch, Schedule, User
 from mas.names import Priority
 from mas.outbox import eventlog, targets
-from mas.pipeline import quotas
+from mas.pipeline import quotas, rows
 from mas.redaction import redact_url
 from mas.runtime import clients
 from mas.runtime.app import app_for, queue_of
@@ -156,6 +156,26 @@ def submit(
     return batch_id
 
 
+LATE_GRACE = timedelta(days=1)
+"""How far past a schedule's time may be when it is given (a client's clock, an hour that just went by): it
+starts at once. Further back is a mistake."""
+
+
+def check_run_at(settings: Settings, run_at: datetime) -> None:
+    """Refuse a schedule's time without a time zone, or outside [now - LATE_GRACE, now +
+    MAS_SCHEDULE_MAX_DAYS_AHEAD]: a time near the ends of the calendar (year 1 at +14:00) is out of
+    PostgreSQL's range once in UTC, and no one means it."""
+    if run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise InvalidInput("a schedule's time needs a time zone, e.g. 2026-12-01T02:00:00+00:00")
+    days = settings.scheduling.schedule_max_days_ahead
+    now = datetime.now(UTC)
+    if not now - LATE_GRACE <= run_at <= now + timedelta(days=days):
+        raise InvalidInput(
+            f"a schedule's time must be from a day ago to {days:g} days ahead (MAS_SCHEDULE_MAX_DAYS_AHEAD), "
+            f"got {run_at.isoformat()}"
+        )
+
+
 def schedule(
     settings: Settings,
     request: ProductionRequest,
@@ -165,6 +185,7 @@ def schedule(
     notify_url: str | None = None,
 ) -> int:
     """Store the request to be enqueued at `run_at` (an overnight batch); return the schedule id."""
+    check_run_at(settings, run_at)
     priority = priority_for(settings, request, priority)
     notify_url = check_notify_url(settings, notify_url)
     with session_scope(settings) as session:
@@ -181,42 +202,54 @@ def schedule(
         return row.id
 
 
+SCHEDULES_JOB = "schedules"
+"""The schedules' job in `mas.pipeline.rows`: a schedule that cannot be run is marked, tried again, parked."""
+
+
 def run_due_schedules(settings: Settings) -> list[int]:
     """Turn every due schedule into a batch, exactly once, and send the batches; return their ids.
 
     Each schedule is claimed with SKIP LOCKED and its batch created in the transaction that marks it sent, so
     two beats or a restarted beat never run a schedule twice. A crash between the commit and the send leaves a
     queued batch, which the reconcile job sends. The user's quotas are counted now, when the batch is made: a
-    schedule they refuse ends `failed` with the reason (`Schedule.failure_reason`), never tried again.
+    schedule they refuse ends `failed` with the reason (`Schedule.failure_reason`), never tried again. A
+    schedule that cannot be run at all (a time or a request that cannot be read) is marked with its error and
+    tried again later, then parked (`mas.pipeline.rows`): it never holds up the schedules after it.
     """
-    sent = []
-    while True:
-        with session_scope(settings) as session:
-            row = session.scalars(
-                sa.select(Schedule)
-                .where(Schedule.status == "scheduled", Schedule.run_at <= sa.func.now())
-                .order_by(Schedule.run_at, Schedule.id)
-                .limit(1)
-                .with_for_update(skip_locked=True)
-            ).first()
-            if row is None:
-                break
-            if row.spec is None:  # stored before requests were typed: migration 0005 leaves the text to the parser
-                request = parse_request(row.request, settings)
-            else:
-                request = ProductionRequest.from_json(row.spec)
-            try:
-                quotas.check(settings, session, row.user_name, request.count)
-            except (quotas.QuotaExceeded, quotas.LargerThanQuota) as exc:
-                row.status = "failed"
-                row.options = {**(row.options or {}), "failure_reason": str(exc)}
-                continue
-            batch = new_batch(session, request, priority=row.priority, user=row.user_name, notify_url=row.notify_url)
-            row.batch_id, row.status = batch.id, "sent"
-            priority = row.priority
-        send_plan(settings, batch.id, priority=priority)
-        sent.append(batch.id)
-    return sent
+    with session_scope(settings) as session:  # ids only: a whole row may be what cannot be read
+        due = session.scalars(
+            sa.select(Schedule.id)
+            .where(Schedule.status == "scheduled", Schedule.run_at <= sa.func.now())
+            .order_by(Schedule.run_at, Schedule.id)
+        ).all()
+    ran = rows.each(settings, SCHEDULES_JOB, due, lambda schedule_id: _run_schedule(settings, schedule_id))
+    return [batch_id for batch_id in ran.done.values() if batch_id is not None]
+
+
+def _run_schedule(settings: Settings, schedule_id: int) -> int | None:
+    """Make the batch of one due schedule and send it; its id, or None when another beat took the schedule or
+    its user's quotas refused it."""
+    with session_scope(settings) as session:
+        row = session.scalars(
+            sa.select(Schedule)
+            .where(Schedule.id == schedule_id, Schedule.status == "scheduled")
+            .with_for_update(skip_locked=True)
+        ).first()
+        if row is None:
+            return None
+        # one stored before requests were typed has no spec: migration 0005 leaves its text to the parser
+        request = parse_request(row.request, settings) if row.spec is None else ProductionRequest.from_json(row.spec)
+        try:
+            quotas.check(settings, session, row.user_name, request.count)
+        except (quotas.QuotaExceeded, quotas.LargerThanQuota) as exc:
+            row.status = "failed"
+            row.options = {**(row.options or {}), "failure_reason": str(exc)}
+            return None
+        batch = new_batch(session, request, priority=row.priority, user=row.user_name, notify_url=row.notify_url)
+        row.batch_id, row.status = batch.id, "sent"
+        priority = row.priority
+    send_plan(settings, batch.id, priority=priority)
+    return batch.id
 
 
 def cancel_schedule(settings: Settings, schedule_id: int) -> bool:

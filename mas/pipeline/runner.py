@@ -10,7 +10,9 @@ Every step of `mas.domain.steps.STEPS` is a `StepBody` registered with `step_tas
 3. runs the body's `work` (an agent's call, a render, a grading) with no transaction open;
 4. in a second short transaction, checks again (the video may have been cancelled meanwhile), lets the body
    write its result (`record`) and moves the video to the state the body chose, in the same commit; a final
-   state is the video's end, handed to its listeners there too (`mas.pipeline.ending`);
+   state is the video's end, handed to its listeners there too (`mas.pipeline.ending`); a database that is
+   away (a failover) is waited out here for MAS_DATABASE_WAIT_SECONDS, the lease still held, so work done is
+   not done again;
 5. after the commit, runs what the outcome asks for (send the next attempt) and what the move left to send
    (the videos let through to writing, a consolidation when due).
 
@@ -43,7 +45,8 @@ from mas.pipeline.chains import send_released
 from mas.pipeline.ending import Ending
 from mas.pipeline.leases import Lease
 from mas.pipeline.outcomes import fail_on_error
-from mas.runtime.app import AgentStepTask, GpuStepTask
+from mas.runtime import failover
+from mas.runtime.app import StepTask
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +106,8 @@ class StepBody(Protocol, Generic[Inputs, Result]):
 
 
 def step_task(step: Step, body: StepBody[Any, Any]) -> Task:
-    """Register the Celery task that runs `step` with `body` (its options: `mas.runtime.app.AgentStepTask` or
-    `GpuStepTask`)."""
+    """Register the Celery task that runs `step` with `body` (its retries and time limit: the step's own,
+    `mas.runtime.app.StepTask`)."""
 
     def run(self: Task, payload: dict[str, int]) -> dict[str, int]:
         return run_step(self, step, StepPayload.from_json(payload), body)
@@ -112,8 +115,7 @@ def step_task(step: Step, body: StepBody[Any, Any]) -> Task:
     run.__name__ = run.__qualname__ = step.task.rsplit(".", 1)[-1]
     run.__module__ = type(body).__module__
     run.__doc__ = f"The {step.name} step: {step.work}."
-    base = GpuStepTask if step.on_gpu else AgentStepTask
-    return shared_task(name=step.task, bind=True, base=base, on_failure=fail_on_error, step=step)(run)
+    return shared_task(name=step.task, bind=True, base=StepTask, on_failure=fail_on_error, step=step)(run)
 
 
 def run_step(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, Any]) -> dict[str, int]:
@@ -155,15 +157,16 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, 
             )
             inputs = body.prepare(run, session, video)
         result = body.work(run, inputs)
-        with session_scope(settings) as session:
-            video = _locked(session, payload.video_id)
-            if video is None or not _due(step, video, payload):
-                log.info("%s: the video moved on meanwhile (cancelled or failed); nothing recorded", run.describe())
-                raise Ignore()
-            outcome = body.record(run, session, video, result)
-            moved = _move(run, session, outcome)
-            if moved is None:
-                raise Ignore()
+        recorded = failover.waited_out(
+            lambda: _record(settings, run, body, result),
+            seconds=settings.reliability.database_wait_seconds,
+            waiting=lambda exc, left: log.warning(
+                "%s waits %.0f s more for the database to record its result: %s", run.describe(), left, exc
+            ),
+        )
+        if recorded is None:
+            return payload.to_json()
+        outcome, moved = recorded
     log.info("%s recorded", run.describe())  # committed: its result is the studio's (a failover test counts these)
     if outcome.then is not None:
         outcome.then()
@@ -174,6 +177,24 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, 
             log.warning("%s: recall not written: %s", describe(step, payload), exc)
     moved.run(task.app)  # after the recall line, which a consolidation it sends reads
     return payload.to_json()
+
+
+def _record(settings: Settings, run: StepRun, body: StepBody[Any, Any], result: Any) -> tuple[Outcome, Ending] | None:
+    """Write the work's result and move the video, in one transaction; tried again while the database is away,
+    so work done (a render) is not thrown away for a blink. None: found recorded (a commit whose answer the
+    connection lost); `Ignore` when the video moved on (cancelled or failed)."""
+    with session_scope(settings) as session:
+        video = _locked(session, run.video_id)
+        if _done_before(run.step, video, run.payload):
+            return None
+        if video is None or not _due(run.step, video, run.payload):
+            log.info("%s: the video moved on meanwhile (cancelled or failed); nothing recorded", run.describe())
+            raise Ignore()
+        outcome = body.record(run, session, video, result)
+        moved = _move(run, session, outcome)
+        if moved is None:
+            raise Ignore()
+        return outcome, moved
 
 
 def _move(run: StepRun, session: Session, outcome: Outcome) -> Ending | None:

@@ -12,19 +12,20 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, selectinload
 
 from mas import names
 from mas.config import Settings
-from mas.db import session_scope
+from mas.db import readable, session_scope
 from mas.domain.steps import STEPS
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
 from mas.models import ABTest, AgentCall, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
-from mas.pipeline import leases, pacing
+from mas.pipeline import leases, pacing, production, rows
+from mas.redaction import redact_url
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
 
@@ -32,9 +33,9 @@ ENDED = (VideoState.accepted, VideoState.failed, VideoState.cancelled)
 
 
 def batch_overview(settings: Settings, batch_id: int | None = None) -> Batch | None:
-    """The batch (the latest when no id) with its videos in order, or None."""
+    """The batch (the latest when no id) with its videos in order and their attempts, or None."""
     with session_scope(settings) as session:
-        stmt = sa.select(Batch).options(selectinload(Batch.videos))
+        stmt = sa.select(Batch).options(selectinload(Batch.videos).selectinload(Video.attempts))
         stmt = stmt.where(Batch.id == batch_id) if batch_id else stmt.order_by(Batch.id.desc()).limit(1)
         return session.scalars(stmt).first()
 
@@ -185,10 +186,61 @@ def recent_videos(settings: Settings, *, batch: int | None = None, limit: int = 
         return list(reversed(session.scalars(stmt).all()))
 
 
-def schedules(settings: Settings, *, limit: int = 100) -> list[Schedule]:
-    """Scheduled, sent and cancelled batches, latest start first."""
+@dataclass(frozen=True, kw_only=True)
+class ScheduleRow:
+    """A schedule as `mas schedule list` shows it, a bad one included."""
+
+    id: int
+    run_at: datetime | None  # None: a time Python cannot hold (`at_text` says what it is)
+    at_text: str
+    status: str
+    batch_id: int | None
+    request: str
+    failure_reason: str | None  # its user's quotas refused it when it ran
+    fault: rows.Fault | None  # it could not be run (`production.run_due_schedules`)
+
+    def runs_at(self) -> str:
+        return f"{self.run_at.astimezone():%Y-%m-%d %H:%M}" if self.run_at else f"unreadable: {self.at_text}"
+
+
+def schedules(settings: Settings, *, limit: int = 100) -> list[ScheduleRow]:
+    """Scheduled, sent, cancelled and failed batches, latest start first, each with its fault if it has one."""
+    query = (
+        sa.select(
+            Schedule.id,
+            readable(Schedule.run_at),
+            sa.cast(Schedule.run_at, sa.Text),
+            Schedule.status,
+            Schedule.batch_id,
+            Schedule.request,
+            Schedule.options["failure_reason"].astext,
+        )
+        .order_by(Schedule.run_at.desc(), Schedule.id.desc())
+        .limit(limit)
+    )
     with session_scope(settings) as session:
-        return list(session.scalars(sa.select(Schedule).order_by(Schedule.run_at.desc()).limit(limit)))
+        found = session.execute(query).all()
+    faults = rows.faults(settings, production.SCHEDULES_JOB, [row[0] for row in found])
+    return [
+        ScheduleRow(
+            id=id_,
+            run_at=run_at,
+            at_text=at_text,
+            status=status,
+            batch_id=batch_id,
+            request=request,
+            failure_reason=reason if status == "failed" else None,
+            fault=faults.get(str(id_)),
+        )
+        for id_, run_at, at_text, status, batch_id, request, reason in found
+    ]
+
+
+def row_faults(settings: Settings, *, limit: int = 20) -> list[tuple[str, str, rows.Fault]]:
+    """The newest rows a periodic job could not process, as (job, key, fault): what `mas status` shows."""
+    query = sa.select(rows.RowFault).order_by(rows.RowFault.failed_at.desc(), rows.RowFault.job).limit(limit)
+    with session_scope(settings) as session:
+        return [(row.job, row.key, rows.Fault.of(row)) for row in session.scalars(query)]
 
 
 def pending_work(settings: Settings) -> list[dict[str, Any]]:
@@ -267,6 +319,66 @@ class AgentUsage:
 
     def per_video(self, tokens: int) -> float:
         return tokens / max(self.videos, 1)
+
+
+PROMPT_ORIGINS = {"model": "the model", "repaired": "repaired", "studio": "the studio"}
+"""Who wrote a prompt (`Attempt.prompt_source`), in words: the model's as written, the model's with words the
+studio added or removed, or the studio's own."""
+
+
+def prompt_origin(video: Video) -> str:
+    """Who wrote the prompt of the video's latest attempt (its attempts loaded), and whether the studio could
+    check it against the user's style; "" before one is written."""
+    written = [a for a in video.attempts if a.prompt]
+    if not written:
+        return ""
+    latest = written[-1]
+    said = PROMPT_ORIGINS.get(latest.prompt_source, latest.prompt_source)
+    return f"{said} (unchecked)" if style_check_word(latest.style_check) == "unchecked" else said
+
+
+def style_check_word(check: dict | None) -> Literal["applied", "refused", "unchecked"] | None:
+    """How a prompt stood against the user's style when written (`Attempt.style_check`); None: not recorded."""
+    if check is None:
+        return None
+    if check.get("checked") is False:
+        return "unchecked"
+    return "applied" if check.get("applied") else "refused"
+
+
+def _agent_model(settings: Settings) -> str:
+    """The agents' model and endpoint, in words (the endpoint's secrets redacted)."""
+    if settings.agents.backend == "llm":
+        return f"the model {settings.llm.model!r} at {redact_url(settings.llm.url)}"
+    return f"the Letta server at {redact_url(settings.letta.url)}"
+
+
+def model_unusable(settings: Settings, usage: AgentUsage) -> str | None:
+    """What to say when a batch's model answered every call without a valid reply (prose, a cut or malformed
+    reply): the studio's own rules made everything instead, and the user should know which model and endpoint."""
+    if usage.calls == 0 or usage.invalid < usage.calls or settings.agents.backend == "offline":
+        return None
+    return (
+        f"{_agent_model(settings)} never gave a valid reply ({usage.invalid} of {usage.calls} calls): every plan, "
+        "prompt and verdict of this batch is the studio's own; check the model answers the studio's structured "
+        "questions"
+    )
+
+
+CALLS_JUDGED = 5
+"""The latest agent calls that judge whether the model is usable: none of them valid, and it is not."""
+
+
+def model_unusable_lately(settings: Settings) -> str | None:
+    """Whether the agents' model answers but is unusable now: none of the latest CALLS_JUDGED calls validated
+    (`/readyz`, `mas services`); None when it is usable, or there is no model or not enough calls to tell."""
+    if settings.agents.backend == "offline":
+        return None
+    with session_scope(settings) as session:
+        valid = session.scalars(sa.select(AgentCall.valid).order_by(AgentCall.id.desc()).limit(CALLS_JUDGED)).all()
+    if len(valid) < CALLS_JUDGED or any(valid):
+        return None
+    return f"answering but unusable: none of the last {CALLS_JUDGED} replies of {_agent_model(settings)} validated"
 
 
 def agent_usage(settings: Settings, batch_id: int) -> AgentUsage:

@@ -5,8 +5,8 @@ Tasks live in `tasks` (cpu queue) and `gpu` (gpu queue) as shared tasks: the app
 (`names.TASK_PACKAGES`) so that `mas` never imports them, and nothing is read from the environment at import.
 `celery -A mas` gets its app from `mas.app` (`default_app`); a process that sends work gets it with
 `app_for(settings)`. Every task derives from `StudioTask`, which caps redeliveries (a pipeline step's are
-counted by its lease instead); an agent task derives from `AgentTask`, a pipeline step from `AgentStepTask`
-or `GpuStepTask`, whose retries and time limit are those its step declares (`StepLimits`).
+counted by its lease instead) and tries a failed run again as its `RetryPolicy` says: an agent task's is
+`AgentTask`'s, a pipeline step's (`StepTask`) the one its entry in the step table declares, with its time limit.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 from functools import partial
 
 from celery import Celery, Task, current_app
-from celery.exceptions import Ignore, Reject
+from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import after_setup_logger, after_setup_task_logger
 from celery.utils.time import get_exponential_backoff_interval
 from kombu import Exchange, Queue
@@ -24,8 +24,8 @@ from kombu.transport.redis import PRIORITY_STEPS
 
 from mas import names
 from mas.config import Settings
-from mas.domain.steps import NEW, STEPS, Step
-from mas.errors import PeerUnavailable, PermanentError, RetryableError
+from mas.domain.steps import ASKS_AN_AGENT, NEW, STEPS, RetryPolicy, Step
+from mas.errors import PeerUnavailable, PermanentError
 from mas.names import CPU_QUEUE, CPU_URGENT_QUEUE, GPU_QUEUE, GPU_URGENT_QUEUE, GRADE_QUEUE, URGENT_QUEUE_OF
 from mas.redaction import redact_logs
 from mas.runtime import failover
@@ -70,30 +70,30 @@ class StudioTask(Task):
     Redeliveries after a lost worker are counted in Redis per task id and retry number; past
     `max_deliveries` the task is not run again: it fails with `GivenUp` (permanent), so its `on_failure`
     records the reason and the chain stops there.
-    A database that is briefly away (a restart, a failover) is waited out with backed-off retries.
-    A task with `waits_for_peers` also waits out a server it needs (an LLM, Letta) that is away.
+    A database that is briefly away (a restart, a failover) is waited out with backed-off retries, whatever the
+    task. A failed run is tried again as its `retry_policy` says, and only so (the step table's, for a step).
     """
 
     #: Deliveries allowed for one run of this task (None: `Settings.max_deliveries`).
     max_deliveries: int | None = None
-    #: Errors a task retries with the backoff below (none here: a database that is away is waited out by
-    #: `__call__`, apart from any task's own retries).
+    #: How a failed run is tried again (None: never, unless the task lists Celery's own `autoretry_for`).
+    retry_policy: RetryPolicy | None = None
+    #: Errors a task without a policy retries with Celery's backoff below (none by default).
     autoretry_for: tuple[type[BaseException], ...] = ()
-    #: Retries of a task's own retryable errors.
-    max_retries = 12
     #: Back off 1, 2, 4 ... seconds between retries, at most `retry_backoff_max`, with jitter.
     retry_backoff: bool | int = True
     retry_backoff_max = 60
     #: PostgreSQL unreachable or restarting: waited out with backoff (1, 2, 4 ... 60 s, about ten minutes in all),
     #: never spent from a step's own retries (a render failing, a reply that does not parse).
     database_retries = 14
-    #: Wait out an unreachable peer (`PeerUnavailable`: an LLM or Letta server down): try again every
-    #: `agent_retry_backoff_max_seconds` for up to `peer_wait_seconds`, then fail with the reason. Such a
-    #: task lists `PeerUnavailable` in `dont_autoretry_for`, so its other retries are not spent on the wait.
-    waits_for_peers: bool = False
     #: Whether deliveries are counted elsewhere: a pipeline step's lease counts its claims in Postgres
     #: (`mas.pipeline.leases`), so it is not counted twice here.
     deliveries_counted_by_lease: bool = False
+
+    @property
+    def max_retries(self) -> int:
+        """Retries of a run: its policy's; a task without one that asks for a retry itself, 12."""
+        return self.retry_policy.times(self.app.settings) if self.retry_policy else 12
 
     def __call__(self, *args, **kwargs):
         if self.request.called_directly or self.request.id is None:
@@ -102,16 +102,29 @@ class StudioTask(Task):
             self._count_delivery()
         try:
             return self.run(*args, **kwargs)
-        except DATABASE_AWAY as exc:
+        except (Ignore, Reject, Retry):
+            raise
+        except Exception as exc:
+            self._try_again(exc)
+            raise
+
+    def _try_again(self, exc: Exception) -> None:
+        """Raise the retry that `exc` calls for (or `exc` itself once those retries are spent); return when
+        nothing tries it again."""
+        policy = self.retry_policy
+        settings = self.app.settings
+        if isinstance(exc, DATABASE_AWAY):
             countdown = get_exponential_backoff_interval(
-                factor=1, retries=self.request.retries, maximum=self.retry_backoff_max, full_jitter=True
+                factor=1,
+                retries=self.request.retries,
+                maximum=policy.backoff_max(settings) if policy else self.retry_backoff_max,
+                full_jitter=True,
             )
             log.warning("%s[%s] waits for PostgreSQL (retry in %d s): %s", self.name, self.request.id, countdown, exc)
             raise self.retry(exc=exc, countdown=max(1, countdown), max_retries=self.database_retries) from exc
-        except PeerUnavailable as exc:
-            if not self.waits_for_peers:
-                raise
-            settings = self.app.settings
+        if policy is None:
+            return
+        if isinstance(exc, PeerUnavailable) and policy.waits_for_peers:
             every = settings.agents.retry_backoff_max_seconds
             tries = max(1, math.ceil(settings.agents.peer_wait_seconds / every))
             log.warning(
@@ -124,6 +137,14 @@ class StudioTask(Task):
                 exc,
             )
             raise self.retry(exc=exc, countdown=every, max_retries=tries) from exc
+        if policy.tries_again(exc):
+            countdown = get_exponential_backoff_interval(
+                factor=policy.backoff,
+                retries=self.request.retries,
+                maximum=policy.backoff_max(settings),
+                full_jitter=True,
+            )
+            raise self.retry(exc=exc, countdown=countdown, max_retries=policy.times(settings)) from exc
 
     def _count_delivery(self) -> None:
         """Count this delivery of this run in Redis (which keeps no count of its own); past the cap, give up."""
@@ -138,38 +159,24 @@ class StudioTask(Task):
 
 
 class AgentTask(StudioTask):
-    """Base of the tasks that ask an agent (plan, write, review, consolidate). A reply that cannot be used yet
-    (`RetryableError`) is retried with backoff; a server that is away (`PeerUnavailable`) is waited for: the
-    batch waits and resumes when it returns. Limits are read from the app's settings when the task runs."""
+    """Base of the tasks that ask an agent outside the step table (plan, consolidate): a reply that cannot be
+    used yet is asked again with backoff, a server that is away is waited for (the batch waits and resumes when
+    it returns), as a step that asks an agent is (`mas.domain.steps.ASKS_AN_AGENT`)."""
 
-    autoretry_for = (RetryableError,)
-    dont_autoretry_for = (PeerUnavailable, *DATABASE_AWAY)  # waited for by `StudioTask.__call__`
-    waits_for_peers = True
-    retry_backoff = 2
-    retry_jitter = True
-
-    @property
-    def retry_backoff_max(self) -> int:  # type: ignore[override]
-        # read when an app registers the task; an app that is not the studio's (Celery's fallback) has no settings
-        settings = getattr(self.app, "settings", None)
-        return settings.agents.retry_backoff_max_seconds if settings is not None else StudioTask.retry_backoff_max
-
-    @property
-    def max_retries(self) -> int:  # type: ignore[override]
-        return self.app.settings.agents.retries
+    retry_policy = ASKS_AN_AGENT
 
 
-class StepLimits(StudioTask):
-    """A pipeline step's retries and time limit, as its entry in the step table declares them
-    (`mas.domain.steps.Step`), read from the app's settings when the task runs."""
+class StepTask(StudioTask):
+    """A pipeline step (`mas.pipeline.runner.step_task`): its retries and time limit are those its entry in the
+    step table declares (`mas.domain.steps.Step`), read from the app's settings when the task runs."""
 
     #: The step this task runs (set per task by `step_task`).
     step: Step
     deliveries_counted_by_lease = True
 
     @property
-    def max_retries(self) -> int:  # type: ignore[override]
-        return self.step.retries(self.app.settings)
+    def retry_policy(self) -> RetryPolicy:  # type: ignore[override]
+        return self.step.retry
 
     @property
     def time_limit(self) -> float | None:
@@ -181,20 +188,6 @@ class StepLimits(StudioTask):
         """A little before the hard limit, so the step can clean up (a partial render) before it is killed."""
         limit = self.time_limit
         return None if limit is None else int(limit * 0.97)
-
-
-class AgentStepTask(StepLimits, AgentTask):
-    """A pipeline step that asks an agent (`mas.pipeline.runner.step_task`)."""
-
-
-class GpuStepTask(StepLimits, StudioTask):
-    """A pipeline step on the gpu worker (`mas.pipeline.runner.step_task`). A generator or grader that fails,
-    hangs (past its soft time limit) or answers garbage is retried a few times, then the video is skipped with
-    the reason; a `PermanentError` (a missing model, a refused workflow, invalid settings) would fail the same
-    way again, so it skips the video at once; `Ignore` is a duplicate delivery, not an error."""
-
-    autoretry_for = (Exception,)
-    dont_autoretry_for = (Ignore, Reject, PermanentError, *DATABASE_AWAY)
 
 
 @after_setup_logger.connect
@@ -234,7 +227,7 @@ def _tcp(url: str) -> bool:
 
 
 def celery_config(settings: Settings) -> dict:
-    transport = {"visibility_timeout": settings.broker.visibility_timeout_seconds}
+    transport = {"visibility_timeout": settings.visibility_timeout_seconds}
     broker_transport = {
         **transport,
         "health_check_interval": HEALTH_CHECK_SECONDS,

@@ -10,16 +10,26 @@ the old primary is used again; a new connection goes through libpq's host list, 
 `target_session_attrs=read-write` picks the primary of now. `watch(engine)` hooks this on an engine.
 
 Tasks wait out `DATABASE_AWAY` with backed-off retries that never spend a step's own retries
-(`mas.runtime.app.StudioTask`).
+(`mas.runtime.app.StudioTask`); what cannot be sent again cheaply (a finished render's record, a person
+watching a batch) waits it out in place, for a bounded time (`waited_out`).
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import ExceptionContext
 
 from mas.errors import PeerUnavailable, RetryableError
+
+T = TypeVar("T")
+
+FAILING_OVER = "database failing over"
+"""What a watcher or a stream says while it waits for the database."""
 
 TRANSIENT_SQLSTATES: dict[str, str] = {
     "25006": "read-only transaction: the server is a standby, or a primary demoted or fenced",
@@ -46,6 +56,17 @@ class DatabaseAway(sa.exc.OperationalError, RetryableError):
 
 DATABASE_AWAY: tuple[type[BaseException], ...] = (sa.exc.OperationalError, sa.exc.InterfaceError, DatabaseUnavailable)
 """PostgreSQL unreachable, restarting, still starting up or failing over: waited out, never a step's failure."""
+
+
+def away_message(database_url: str | None, exc: BaseException) -> str:
+    """What a page or a problem tells a person when PostgreSQL did not answer: which server (its URL, the password
+    hidden; or the embedded one) and the driver's first line of why."""
+    from mas.redaction import redact_url
+
+    where = redact_url(database_url) if database_url else "the embedded server"
+    reason = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+    first = (str(reason).strip().splitlines() or [type(reason).__name__])[0]
+    return f"cannot reach PostgreSQL at {where}: {first} (it may be restarting or failing over; try again shortly)"
 
 
 def sqlstate(exc: BaseException | None) -> str | None:
@@ -93,3 +114,23 @@ def watch(engine: sa.Engine) -> sa.Engine:
     dropped, the pool emptied)."""
     sa.event.listen(engine, "handle_error", _on_error)
     return engine
+
+
+def waited_out(
+    call: Callable[[], T], *, seconds: float, waiting: Callable[[BaseException, float], None] | None = None
+) -> T:
+    """`call()`, tried again while the database is away (`DATABASE_AWAY`) for at most `seconds`, backing off from
+    a quarter of a second to two: a failover is seconds of errors, not a failure. `waiting(error, seconds_left)`
+    hears each error waited out; past `seconds` the last one is raised."""
+    deadline, pause = time.monotonic() + seconds, 0.25
+    while True:
+        try:
+            return call()
+        except DATABASE_AWAY as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            if waiting is not None:
+                waiting(exc, left)
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 2.0)

@@ -25,7 +25,8 @@ def worker_argv(
     A cpu worker runs `concurrency` processes. A gpu worker is one process (its models load once, on its
     device) running 1 + MAS_GPU_LOOKAHEAD tasks in threads: one holds the GPU, the others are ready to
     follow it (`gpu.turns`; with ComfyUI their prompts wait in ComfyUI's queue). Its default name carries
-    its device, so two gpu workers on one host (one per GPU) have different names.
+    its device, so two gpu workers on one host (one per GPU) have different names. Events stay on (`-E`:
+    Flower, `mas recover`'s questions go by the control channel, not gossip).
     """
     if kind == "gpu":
         pool = ["-P", "threads", "-c", str(1 + settings.gpu.lookahead)]
@@ -47,6 +48,10 @@ def worker_argv(
         "-l",
         loglevel,
         "-E",
+        # Workers do not talk to each other: nothing here elects a leader or revokes tasks, so gossip (which
+        # logged a traceback on every worker at a broker failover) and mingle (a start-up sync) are off.
+        "--without-gossip",
+        "--without-mingle",
     )
 
 

@@ -16,6 +16,7 @@ from redis.retry import Retry
 
 from mas import urls
 from mas.config import Settings
+from mas.errors import PermanentError
 from mas.redaction import redact_url
 from mas.runtime.clients import connect
 from mas.runtime.embedded.common import ServiceError, first_line
@@ -23,11 +24,13 @@ from mas.runtime.embedded.postgres import postmaster, sqlalchemy_url, start_post
 from mas.runtime.embedded.redis import redis_ping, redis_process, redis_workdir, start_redis, stop_redis
 
 __all__ = [
+    "DatabaseNotFound",
     "ServiceError",
     "ServiceInfo",
     "database_url",
     "describe",
     "down",
+    "found_database_url",
     "start_postgres",
     "start_redis",
     "stop_postgres",
@@ -47,16 +50,46 @@ class ServiceInfo:
     primary: str = ""  # of several servers (a primary and standbys, a Sentinel-watched master), which one leads now
 
 
+class DatabaseNotFound(PermanentError):
+    """A process asked for its database before it found it (`database_url`, when the process starts)."""
+
+
+_found: dict[str, str] = {}
+"""The URL of each database this process found (`database_url`), by `_database_of`: a plain string, so a forked
+child (a prefork pool process) inherits it and never looks for the server again."""
+
+
+def _database_of(settings: Settings) -> str:
+    """Which database `settings` names: the configured URL, or the embedded server's data folder."""
+    return settings.database.url or str(settings.pgdata)
+
+
 def database_url(settings: Settings, *, start: bool = True) -> str:
-    """The URL to reach PostgreSQL: the configured one, or the embedded server's (started if needed)."""
+    """Find PostgreSQL, when a process starts or the embedded services come up: the configured URL, or the
+    embedded server's (read from its pid file; started if `start`). This process keeps it for `found_database_url`."""
+    if settings.database.url:
+        url = urls.sqlalchemy_database_url(settings.database.url)
+    elif (running := postmaster(settings)) is not None and running.status == "ready":
+        url = sqlalchemy_url(running.get_uri())
+    elif not start:
+        raise ServiceError("the embedded PostgreSQL is not running: run `mas up`")
+    else:
+        url = start_postgres(settings)
+    _found[_database_of(settings)] = url
+    return url
+
+
+def found_database_url(settings: Settings) -> str:
+    """The URL `database_url` found in this process (or the process it was forked from), or the configured one as
+    it is written: it looks at no pid file and starts nothing, so opening a transaction never does."""
     if settings.database.url:
         return urls.sqlalchemy_database_url(settings.database.url)
-    running = postmaster(settings)
-    if running is not None and running.status == "ready":
-        return sqlalchemy_url(running.get_uri())
-    if not start:
-        raise ServiceError("the embedded PostgreSQL is not running: run `mas up`")
-    return start_postgres(settings)
+    try:
+        return _found[_database_of(settings)]
+    except KeyError:
+        raise DatabaseNotFound(
+            "this process has not found its database: a process finds it when it starts (`mas.db.find`)"
+        ) from None
 
 
 def _external_postgres(settings: Settings) -> tuple[str, str | None]:
@@ -112,8 +145,7 @@ def up(settings: Settings) -> None:
         raise ServiceError(f"cannot reach PostgreSQL at {redact_url(settings.database.url)}: {why}")
     if not settings.embedded_broker and (why := _external_redis_error(settings)):
         raise ServiceError(f"cannot reach Redis at {redact_url(settings.broker.url)}: {why}")
-    if settings.embedded_database:
-        start_postgres(settings)
+    database_url(settings)  # the embedded one started; either found for this process
     if settings.embedded_broker:
         start_redis(settings)
 

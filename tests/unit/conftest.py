@@ -1,7 +1,7 @@
 """The fast tier: tests of pure code (rules, parsing, plans, settings, the step table, the state machine) that
 start no server and run in under a minute: `python -m pytest tests/unit`. A test here that asks for a
 fixture that starts one (PostgreSQL, Redis, a worker, a studio) is refused at collection: it belongs in
-tests/ beside the others."""
+tests/integration (PostgreSQL and Redis in process) or tests/system (worker processes, other servers)."""
 
 from __future__ import annotations
 

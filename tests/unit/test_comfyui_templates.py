@@ -10,7 +10,7 @@ import pytest
 
 from gpu.comfyui import ComfyUIBackend, WorkflowError
 from gpu.factory import video_backend
-from tests.test_comfyui import NODES, closed_port_url, ltx2_workflow, settings_for
+from tests.integration.test_comfyui import NODES, closed_port_url, ltx2_workflow, settings_for
 
 
 @pytest.fixture

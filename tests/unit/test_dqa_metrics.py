@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from gpu.dqa_phases import DQAConfig, benchmark, block_flow, imaging_quality
-from tests.test_dqa import shape_image
+from tests.integration.test_dqa import shape_image
 
 
 def test_benchmark_metrics_see_motion_jitter_noise_and_blur():

@@ -1,6 +1,6 @@
 """Failover without servers: URLs that name a primary and its standbys or a list of Sentinels are read, rewritten
 for SQLAlchemy, redacted and checked; the errors a failover causes are told apart from the others; the Celery
-app is configured for Sentinel. The failovers themselves run on real servers in tests/test_failover.py."""
+app is configured for Sentinel. The failovers themselves run on real servers in tests/system/test_failover.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from mas.errors import RetryableError
 from mas.outbox.targets import service_hosts
 from mas.redaction import redact_text, redact_url
 from mas.runtime import broker
-from mas.runtime.app import DATABASE_AWAY, AgentTask, GpuStepTask, celery_config
+from mas.runtime.app import DATABASE_AWAY, celery_config
 from mas.runtime.failover import DatabaseAway, is_away
 
 PAIR = "postgresql://studio:s3cret@db-a.example:5432,db-b.example:5433/mas"
@@ -126,5 +126,4 @@ def test_the_studios_database_error_is_retryable_and_waited_for_by_every_task():
     away = DatabaseAway("insert", {}, psycopg.errors.ReadOnlySqlTransaction("read-only"), connection_invalidated=True)
     assert isinstance(away, RetryableError) and isinstance(away, sa.exc.OperationalError)
     assert isinstance(away, DATABASE_AWAY)
-    # waited out by StudioTask.__call__, never spent from a step's own retries
-    assert isinstance(away, AgentTask.dont_autoretry_for) and isinstance(away, GpuStepTask.dont_autoretry_for)
+    # waited out by StudioTask.__call__, never spent from a step's own retries: tests/unit/test_step_table.py

@@ -8,6 +8,7 @@ import pytest
 
 from mas.agents.asking import AskingCameraman, AskingConsolidator
 from mas.agents.replies import NoValidReply
+from mas.agents.roles import ReviewBrief
 from mas.agents.studio_rules import studio_verdict
 from tests.unit.scripted import Scripted
 
@@ -15,7 +16,8 @@ WEAK = {"sharpness": 0.4, "smoothness": 0.9, "palette": 0.9}
 
 
 def review(asker: Scripted, *, grade: str, attempt: int = 1):
-    return AskingCameraman(asker).review(grade=grade, scores=WEAK, min_grade="B", attempt=attempt, max_retries=3)
+    brief = ReviewBrief(grade=grade, scores=WEAK, min_grade="B", attempt=attempt, max_retries=3)
+    return AskingCameraman(asker).review(brief)
 
 
 def test_a_grade_at_the_minimum_is_accepted_whatever_the_model_says():
@@ -28,7 +30,7 @@ def test_a_weak_attempt_is_refined_with_the_graders_reasons_and_the_models_own()
         {"action": "accept", "failure_reasons": ["the dragon's wings smear"], "strategy": "freeze the wings"}
     )
     verdict = review(asker, grade="D")
-    rule = studio_verdict(grade="D", scores=WEAK, min_grade="B", attempt=1, max_retries=3)
+    rule = studio_verdict(ReviewBrief(grade="D", scores=WEAK, min_grade="B", attempt=1, max_retries=3))
     assert verdict.action == "refine" == rule.action
     assert verdict.failure_reasons == [*rule.failure_reasons, "the dragon's wings smear"]
     assert rule.strategy in verdict.strategy and "freeze the wings" in verdict.strategy
@@ -49,7 +51,7 @@ def test_a_reason_that_echoes_the_task_is_not_kept():
 
 def test_a_review_that_never_validates_is_the_rule_alone_and_says_so():
     verdict = review(Scripted({"action": "maybe"}, "not json at all"), grade="D")
-    rule = studio_verdict(grade="D", scores=WEAK, min_grade="B", attempt=1, max_retries=3)
+    rule = studio_verdict(ReviewBrief(grade="D", scores=WEAK, min_grade="B", attempt=1, max_retries=3))
     assert (verdict.action, verdict.failure_reasons) == (rule.action, rule.failure_reasons)
     assert verdict.source == "studio" and "never validated" in verdict.note
 

@@ -52,8 +52,10 @@ def test_every_variable_names_one_setting_of_one_group_and_keeps_its_name():
     # MAS_READY_CACHE_SECONDS, MAS_IDEMPOTENCY_KEY_HOURS, MAS_IDEMPOTENCY_BUSY_SECONDS, MAS_WEBHOOK_ALLOWED_HOSTS,
     # the quotas' MAS_QUOTA_VIDEOS_PER_DAY, MAS_QUOTA_VIDEOS_WAITING, MAS_QUOTA_BATCHES_AT_ONCE, Sentinel's
     # MAS_REDIS_SENTINEL_MASTER, MAS_REDIS_SENTINEL_PASSWORD, and the event stream's MAS_STREAM_POLL_SECONDS,
-    # MAS_STREAM_KEEPALIVE_SECONDS, MAS_STREAM_MAX, MAS_EVENT_RETENTION_DAYS
-    assert len(variables) == len(set(variables)) == len(VARIABLES) == 118
+    # MAS_STREAM_KEEPALIVE_SECONDS, MAS_STREAM_MAX, MAS_EVENT_RETENTION_DAYS; then the periodic jobs' bad rows'
+    # MAS_ROW_MAX_TRIES, MAS_ROW_RETRY_SECONDS, the logins' MAS_LOGIN_FAILURES_PER_USER,
+    # MAS_LOGIN_FAILURES_PER_ADDRESS, MAS_LOGIN_WINDOW_SECONDS, MAS_SCHEDULE_MAX_DAYS_AHEAD, MAS_DATABASE_WAIT_SECONDS
+    assert len(variables) == len(set(variables)) == len(VARIABLES) == 125
     assert all(str(env).startswith("MAS_") and str(env).isupper() for env in variables)
     assert VARIABLES["llm_url"] == ("llm", "url") and VARIABLES["write_ahead"] == ("scheduling", "write_ahead")
     assert VARIABLES["max_render_seconds"] == ("gpu", "max_render_seconds")
@@ -115,7 +117,8 @@ def test_a_change_is_named_by_its_variable_validated_again_and_an_unknown_name_r
     assert (changed.gpu.lookahead, changed.llm.url, changed.scheduling.write_ahead) == (0, "http://other:1/v1", 3)
     assert settings.gpu.lookahead == 1  # the original is unchanged
     with pytest.raises(ValidationError, match="MAS_VISIBILITY_TIMEOUT_SECONDS"):
-        settings.changed(max_render_seconds=7200)  # across groups: the broker's timeout must outlast a render
+        # across groups: a broker's timeout that is set must outlast a render (unset, it follows the render's)
+        settings.changed(visibility_timeout_seconds=7200).changed(max_render_seconds=7200)
     for wrong in ({"writeahead": 2}, {"url": "http://x"}):
         with pytest.raises(TypeError, match="no setting"):
             settings.changed(**wrong)
@@ -129,7 +132,7 @@ def test_the_settings_shown_keep_the_names_they_had(monkeypatch, tmp_path):
     """`mas config` shows every setting by its variable's name without MAS_, as before the grouping."""
     monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
     shown = Settings().describe()
-    assert len(shown) == 120  # the 106 of the grouping, and fourteen added since
+    assert len(shown) == 127  # the 106 of the grouping, and twenty-one added since (see the test above)
     assert {"data_dir", "user", "llm_url", "write_ahead", "gpu_lookahead", "webhook_secret", "vae_tiling"} <= set(shown)
 
 

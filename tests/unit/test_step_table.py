@@ -14,9 +14,12 @@ from mas.domain.states import TERMINAL, BatchStatus, VideoState
 from mas.domain.steps import (
     AHEAD_OF_THE_GPU,
     ALLOWED,
+    ASKS_AN_AGENT,
+    BY_NAME,
     BY_STATE,
     FINISH,
     NEW,
+    ON_THE_GPU,
     REFINE,
     STEP_STATES,
     STEPS,
@@ -25,9 +28,10 @@ from mas.domain.steps import (
     message_priority,
     order,
 )
-from mas.errors import InvalidInput
+from mas.errors import InvalidInput, PeerUnavailable, PermanentError, RetryableError
 from mas.pipeline import pacing
-from mas.runtime.app import AgentStepTask, GpuStepTask, Studio, celery_config
+from mas.runtime.app import AgentTask, StepTask, Studio, celery_config
+from mas.runtime.failover import DatabaseAway
 
 S = VideoState
 
@@ -90,10 +94,11 @@ def test_after_and_order_follow_the_table():
 def test_a_steps_task_takes_the_retries_and_time_limit_its_entry_declares(tmp_path, monkeypatch, step):
     monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
     settings = Settings(agent_retries=7, step_retries=4, max_render_seconds=1000, visibility_timeout_seconds=9000)
-    task = (GpuStepTask if step.on_gpu else AgentStepTask)()
+    task = StepTask()
     task.bind(Studio(settings))
     task.step = step
-    assert task.max_retries == step.retries(settings) == (4 if step.on_gpu else 7)
+    assert task.retry_policy is step.retry is (ON_THE_GPU if step.on_gpu else ASKS_AN_AGENT)
+    assert task.max_retries == step.retry.times(settings) == (4 if step.on_gpu else 7)
     if step.time_limit is None:
         assert task.time_limit is None and task.soft_time_limit is None
     else:
@@ -139,3 +144,54 @@ def test_a_payload_that_names_no_attempt_of_a_video_is_refused(bad):
 
 def test_a_batch_ends_in_one_of_three_ways():
     assert {BatchStatus.done, BatchStatus.failed, BatchStatus.cancelled} < set(BatchStatus)
+
+
+def _runs_of(tmp_path, monkeypatch, step_name: str, error: Exception, **values) -> list[int]:
+    """Run a task of the step `step_name` whose every try fails with `error`, eagerly (each retry is one more
+    run, at once): the retry number of each run."""
+    monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
+    app = Studio(Settings(**values), set_as_current=False)
+    runs: list[int] = []
+
+    @app.task(bind=True, base=StepTask, step=BY_NAME[step_name], name=f"tests.failing_{step_name}")
+    def failing(self, payload: dict) -> None:  # noqa: ARG001  # a step task takes its payload
+        runs.append(self.request.retries)
+        raise error
+
+    result = failing.apply(args=[{"video_id": 1, "attempt": 1}])
+    assert result.failed() and result.result is error
+    return runs
+
+
+AWAY = DatabaseAway("insert", {}, Exception("the server closed the connection"), connection_invalidated=True)
+
+
+@pytest.mark.parametrize(
+    ("step_name", "error", "runs"),
+    [
+        ("render", RuntimeError("the backend crashed"), 1 + 4),  # on the GPU any error is tried again
+        ("render", PermanentError("no such model"), 1),
+        ("render", PeerUnavailable("ComfyUI does not answer"), 1 + 4),  # a gpu step spends its own retries
+        ("write", RetryableError("the reply did not validate"), 1 + 7),
+        ("write", ValueError("a bug"), 1),  # off the GPU only what says trying again can help
+        ("review", PermanentError("invalid settings"), 1),
+        ("write", AWAY, 1 + StepTask.database_retries),  # waited out by every task, never from the step's retries
+        ("grade", AWAY, 1 + StepTask.database_retries),
+    ],
+    ids=lambda value: value if isinstance(value, (str, int)) else type(value).__name__,
+)
+def test_a_step_is_tried_again_as_its_retry_policy_says(tmp_path, monkeypatch, step_name, error, runs):
+    assert _runs_of(tmp_path, monkeypatch, step_name, error, agent_retries=7, step_retries=4) == list(range(runs))
+
+
+def test_a_step_that_asks_an_agent_waits_for_a_server_that_is_away(tmp_path, monkeypatch):
+    """Every MAS_AGENT_RETRY_BACKOFF_MAX_SECONDS for MAS_PEER_WAIT_SECONDS, whatever its own retries."""
+    away = PeerUnavailable("the model server does not answer")
+    values = {"agent_retries": 0, "peer_wait_seconds": 10, "agent_retry_backoff_max_seconds": 2}
+    assert _runs_of(tmp_path, monkeypatch, "review", away, **values) == list(range(1 + 5))
+
+
+def test_an_agent_task_outside_the_table_asks_again_as_an_agent_step_does():
+    assert AgentTask.retry_policy is ASKS_AN_AGENT is BY_NAME["write"].retry
+    assert ASKS_AN_AGENT.tries_again(RetryableError("x")) and not ASKS_AN_AGENT.tries_again(ValueError("x"))
+    assert ON_THE_GPU.tries_again(ValueError("x")) and not ON_THE_GPU.tries_again(PermanentError("x"))

@@ -95,16 +95,10 @@ def test_the_studios_own_services_are_refused_by_name_and_by_address():
         letta_url="http://letta.studio.example:8283",
         s3_endpoint_url="https://s3.studio.example",
     )
-    dns = Dns(
-        db_studio_example="151.101.1.10",
-        cache_studio_example="151.101.1.11",
-        comfy_studio_example="151.101.1.12",
-        llm_example_org="151.101.1.13",
-        letta_studio_example="151.101.1.14",
-        s3_studio_example="2a04:4e42::15",
-        elsewhere_example_com="151.101.1.13",
-        mapped_example_com="::ffff:151.101.1.11",
-    )
+    dns = Dns(db_studio_example="151.101.1.10", cache_studio_example="151.101.1.11",
+              comfy_studio_example="151.101.1.12", llm_example_org="151.101.1.13",
+              letta_studio_example="151.101.1.14", s3_studio_example="2a04:4e42::15",
+              elsewhere_example_com="151.101.1.13", mapped_example_com="::ffff:151.101.1.11")  # fmt: skip
     assert targets.service_hosts(settings) == {
         "db.studio.example", "cache.studio.example", "comfy.studio.example", "llm.example.org",
         "letta.studio.example", "s3.studio.example",
