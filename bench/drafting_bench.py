@@ -55,9 +55,10 @@ def measure(settings, concepts: tuple[str, ...]) -> dict:
     from mas.agents.llm import LLMAgent, LLMReplyError
     from mas.agents.protocol import Question
     from mas.agents.replies import CandidatesReply, DraftReply
+    from mas.domain.identity import STUDIO
 
     rows = {}
-    agent = LLMAgent(settings, "writer")
+    agent = LLMAgent(settings, STUDIO, "writer")
     one = {"seconds": 0.0, "prompt": 0, "completion": 0, "valid": 0, "named": 0}
     for concept in concepts:
         question = Question(

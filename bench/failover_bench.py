@@ -1,16 +1,16 @@
 """Failover benchmark: one batch across five hosts without faults, then with the database's primary, the broker's
 master, or both killed, under asynchronous and synchronous replication.
 
-The test harness's `Topology` of FIVE_HOSTS (tests/harness/topology.py): PostgreSQL's primary on host D and its streaming standby on host E,
-a Redis master on D and its replica on E with a Sentinel on each of D, E and A, SeaweedFS, the gpu worker and
-beat on A, a cpu worker on each of B and C (network namespaces on one machine); renders of 2 s and agent calls
-of 1 s. Faults: once 3 videos are accepted the primary's processes are SIGKILLed and, after a 2 s detection
-delay, the standby promoted with `pg_ctl promote`; two accepted videos later (or at 3 without the first fault)
-the Redis master is SIGKILLed and the Sentinels promote its replica. Reported per run: the wall time against
-the fault-free run's, per death the seconds until a step started again and until the batch ended, the WAL the
-standby lacked (the primary's last seen insert position minus the standby's replay position at promotion),
-the acknowledged probe commits lost, the steps whose committed result was lost (and so ran again) and the
-steps committed twice. Needs root.
+The test harness's `Topology` of FIVE_HOSTS (tests/harness/topology.py): PostgreSQL's primary on host D and its
+streaming standby on host E, a Redis master on D and its replica on E with a Sentinel on each of D, E and A,
+SeaweedFS, the gpu worker and beat on A, a cpu worker on each of B and C (network namespaces on one machine);
+renders of 2 s and agent calls of 1 s. Faults: once 3 videos are accepted the primary's processes are SIGKILLed
+and, after a 2 s detection delay, the standby promoted with `pg_ctl promote`; two accepted videos later (or at 3
+without the first fault) the Redis master is SIGKILLed and the Sentinels promote its replica. Reported per run:
+the wall time against the fault-free run's, per death the seconds until a step started again and until the batch
+ended, the WAL the standby lacked (the primary's last seen insert position minus the standby's replay position at
+promotion), the acknowledged probe commits lost, the steps whose committed result was lost (and so ran again) and
+the steps committed twice. Needs root.
 
 With `--long-render SECONDS` it runs instead a few videos whose renders take that long, the primary killed while
 one renders (its progress, which the gpu worker publishes on Redis, says how far it is: a quarter in, then in its

@@ -1,15 +1,15 @@
 """Three-host benchmark: one batch across three hosts without faults, then the same batch broken three ways.
 
-The test harness's `Topology` of THREE_HOSTS (tests/harness/topology.py): Debian's redis-server, pgserver's PostgreSQL 16 + pgvector (a login
-role that is not a superuser) and a SeaweedFS bucket on host A with the gpu worker and beat; a cpu worker on
-each of hosts B and C (network namespaces, no shared filesystem); renders of 2 s and agent calls of 1 s
-(the preview renderer and the offline agents with simulated durations), every threshold scaled with them.
-Faults, one after the other: Redis down for a few seconds, host B cut off the network in the middle of a
-step and let back, the gpu worker SIGKILLed mid-render and started again, then `mas recover`. Reported: wall
-time of each run, the difference (the goal: under 60 s), and per fault the seconds until the work it hit
-moved on (Redis: from its return to the next accepted video; the cut: from the cut until the steps B held
-were done elsewhere; the gpu worker: from its start again until its renders were done again, where the
-figures to 2026-11-26 counted from its death). Needs root.
+The test harness's `Topology` of THREE_HOSTS (tests/harness/topology.py): Debian's redis-server, pgserver's
+PostgreSQL 16 + pgvector (a login role that is not a superuser) and a SeaweedFS bucket on host A with the gpu
+worker and beat; a cpu worker on each of hosts B and C (network namespaces, no shared filesystem); renders of 2 s
+and agent calls of 1 s (the preview renderer and the offline agents with simulated durations), every threshold
+scaled with them. Faults, one after the other: Redis down for a few seconds, host B cut off the network in the
+middle of a step and let back, the gpu worker SIGKILLed mid-render and started again, then `mas recover`.
+Reported: wall time of each run, the difference (the goal: under 60 s), and per fault the seconds until the work
+it hit moved on (Redis: from its return to the next accepted video; the cut: from the cut until the steps B held
+were done elsewhere; the gpu worker: from its start again until its renders were done again, where the figures to
+2026-11-26 counted from its death). Needs root.
 
     python bench/hosts_bench.py --videos 16
 """

@@ -55,6 +55,7 @@ from mas.agents.roles import Plan, PlannedVideo
 from mas.agents.studio_rules import AB_APPROACHES
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.learning.ab_design import offer
 from mas.learning.promotion import served, tune_taste
 from mas.learning.taste import Option
@@ -172,24 +173,24 @@ def ab_case(rng: random.Random, user: SimulatedUser, concepts: tuple[str, ...], 
 
 
 def designed_cases(rng: random.Random, undesigned_rng: random.Random, user: SimulatedUser, settings: Settings,
-                   *, variations: int) -> tuple[ABCase, ABCase]:
+                   actor: Actor, *, variations: int) -> tuple[ABCase, ABCase]:
     """A training A/B test as the studio makes one, and the same without the design. The Director proposes
     `variations * settings.ab.proposals` variations; `mas.learning.ab_design.offer` shows `variations` of them, chosen
-    on `settings.user`'s picks so far (`settings.ab.explore` of them at random). Without the design, the first
+    on `actor`'s picks so far (`settings.ab.explore` of them at random). Without the design, the first
     proposals are shown (random ones); that user's picks are drawn from their own generator, so the studio's
     arm is the same with or without it."""
     concept = rng.choice(TRAIN_CONCEPTS)
     proposals = draw_variations(rng, concept, variations * settings.ab.proposals)
     by_approach = {v.prompt.removeprefix(f"{concept}, "): v for v in proposals}
     plan = Plan(videos=[PlannedVideo(concept=concept, approach=a) for a in by_approach])
-    shown = [by_approach[v.approach] for v in offer(plan, count=variations, settings=settings).videos]
+    shown = [by_approach[v.approach] for v in offer(plan, count=variations, settings=settings, actor=actor).videos]
     first = proposals[:variations]
     return ABCase(concept, shown, user.pick(rng, shown)), ABCase(concept, first, user.pick(undesigned_rng, first))
 
 
 def grade_preference(settings: Settings, base: Path, cases: list[ABCase]) -> None:
     """The DPO axis of each variation as grading would give it now: sigmoid of the served adapter's reward."""
-    adapter = promoted_adapter(settings.for_user(COMBINED_USER), base=base)
+    adapter = promoted_adapter(settings, Actor(COMBINED_USER), base=base)
     if adapter is None:
         return
     model = PreferenceModel.load(base=base, adapter=adapter.path)
@@ -200,20 +201,20 @@ def grade_preference(settings: Settings, base: Path, cases: list[ABCase]) -> Non
         at += len(c.variations)
 
 
-def record(settings: Settings, cases: list[ABCase], *, with_preference: bool) -> None:
+def record(settings: Settings, actor: Actor, cases: list[ABCase], *, with_preference: bool) -> None:
     """Store the picks as `mas pick` does: a closed A/B test and one pick row (chosen vs rejected) each."""
     with session_scope(settings) as session:
         for case in cases:
             options = case.options(with_preference=with_preference)
             label = chr(ord("A") + case.chosen)
-            test = ABTest(concept=case.concept, status="closed", winner_label=label, user_name=settings.user)
+            test = ABTest(concept=case.concept, status="closed", winner_label=label, user_name=actor.user)
             session.add(test)
             session.flush()
             rejected = [o for i, o in enumerate(options) if i != case.chosen]
             session.add(ABSelection(
                 test_id=test.id, chosen_label=label, chosen_prompt=options[case.chosen].prompt,
                 chosen_scores=dict(options[case.chosen].scores), rejected_prompts=[o.prompt for o in rejected],
-                rejected_scores=[dict(o.scores) for o in rejected], concept=case.concept, user_name=settings.user,
+                rejected_scores=[dict(o.scores) for o in rejected], concept=case.concept, user_name=actor.user,
             ))
 
 
@@ -262,8 +263,8 @@ def hidden_qualities_reference(trained: list[ABCase], tests: list[ABCase]) -> Ac
     return accuracy([[float(weights @ SimulatedUser.qualities(v)) for v in c.variations] for c in tests], tests)
 
 
-def measure_taste(settings: Settings, cases: list[ABCase], *, with_preference: bool) -> Accuracy | None:
-    current = served(settings)
+def measure_taste(settings: Settings, actor: Actor, cases: list[ABCase], *, with_preference: bool) -> Accuracy | None:
+    current = served(settings, actor)
     if current.version is None:
         return None
     probabilities = [current.taste.choice_probabilities(c.options(with_preference=with_preference), settings=settings)
@@ -272,7 +273,7 @@ def measure_taste(settings: Settings, cases: list[ABCase], *, with_preference: b
 
 
 def measure_dpo(settings: Settings, base: Path, cases: list[ABCase]) -> Accuracy | None:
-    adapter = promoted_adapter(settings.for_user(COMBINED_USER), base=base)
+    adapter = promoted_adapter(settings, Actor(COMBINED_USER), base=base)
     if adapter is None:
         return None
     model = PreferenceModel.load(base=base, adapter=adapter.path)
@@ -311,42 +312,42 @@ def run_seed(settings: Settings, base: Path, *, seed: int, temperature: float, a
     user = SimulatedUser.draw(rng, temperature=temperature)
     test_set = [ab_case(rng, user, TEST_CONCEPTS, args.variations) for _ in range(args.test_choices)]
     reset(settings)
-    pairwise_user, combined_user = settings.for_user(PAIRWISE_USER), settings.for_user(COMBINED_USER)
-    undesigned_user, undesigned_rng = settings.for_user(UNDESIGNED_USER), random.Random(f"undesigned {seed}")
+    pairwise_user, combined_user = Actor(PAIRWISE_USER), Actor(COMBINED_USER)
+    undesigned_user, undesigned_rng = Actor(UNDESIGNED_USER), random.Random(f"undesigned {seed}")
     rows, made, design_seconds, designed = [], 0, [], []
     for checkpoint in sorted(args.checkpoints):
         cases = []
         for _ in range(checkpoint - made):  # one at a time: each A/B test is designed on the picks before it
             started = time.perf_counter()
-            case, undesigned = designed_cases(rng, undesigned_rng, user, pairwise_user, variations=args.variations)
+            case, undesigned = designed_cases(rng, undesigned_rng, user, settings, pairwise_user, variations=args.variations)
             design_seconds.append(time.perf_counter() - started)
             cases.append(case)
-            record(pairwise_user, [case], with_preference=False)
-            record(undesigned_user, [undesigned], with_preference=False)
+            record(settings, pairwise_user, [case], with_preference=False)
+            record(settings, undesigned_user, [undesigned], with_preference=False)
         designed += cases
         grade_preference(settings, base, cases)  # graded by the adapter served before these picks
-        record(combined_user, cases, with_preference=True)
+        record(settings, combined_user, cases, with_preference=True)
         made = checkpoint
         row = Row(temperature, seed, checkpoint,
                   ceiling=accuracy([[user.utility(v) for v in c.variations] for c in test_set], test_set),
                   reference=hidden_qualities_reference(designed, test_set))
         started = time.perf_counter()
-        report = tune(combined_user, config=CONFIG)  # the DPO adapter and the combined taste
+        report = tune(settings, combined_user, config=CONFIG)  # the DPO adapter and the combined taste
         row.seconds["combined tune"] = time.perf_counter() - started
         started = time.perf_counter()
-        pairwise = tune_taste(pairwise_user)
+        pairwise = tune_taste(settings, pairwise_user)
         row.seconds["pairwise tune"] = time.perf_counter() - started
         row.seconds["A/B design"] = statistics.mean(design_seconds)
-        undesigned = tune_taste(undesigned_user)
+        undesigned = tune_taste(settings, undesigned_user)
         row.reasons = {"DPO alone": report.reason, "combination": report.taste.reason if report.taste else "",
                        "pairwise alone": pairwise.reason, "pairwise, no A/B design": undesigned.reason}
-        row.interaction = served(combined_user).taste.latents is not None
+        row.interaction = served(settings, combined_user).taste.latents is not None
         grade_preference(settings, base, test_set)
         row.served = {
             "DPO alone": measure_dpo(settings, base, test_set),
-            "pairwise alone": measure_taste(pairwise_user, test_set, with_preference=False),
-            "combination": measure_taste(combined_user, test_set, with_preference=True),
-            "pairwise, no A/B design": measure_taste(undesigned_user, test_set, with_preference=False),
+            "pairwise alone": measure_taste(settings, pairwise_user, test_set, with_preference=False),
+            "combination": measure_taste(settings, combined_user, test_set, with_preference=True),
+            "pairwise, no A/B design": measure_taste(settings, undesigned_user, test_set, with_preference=False),
         }
         rows.append(row)
         print(f"temperature {temperature} seed {seed} after {checkpoint} picks: " + "; ".join(

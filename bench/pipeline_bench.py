@@ -370,6 +370,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
     import sqlalchemy as sa
 
     from mas import db
+    from mas.domain.identity import STUDIO
     from mas.domain.requests import parse_request
     from mas.models import Batch, MemoryBlock, MemoryBlockChange, Video, VideoState
     from mas.pipeline.production import submit
@@ -382,7 +383,7 @@ def plan_once(settings, app, events: EventLog, env, log_dir: Path, n: int, tag: 
         mark = events.mark()
         cpu0 = cpu_snapshot(settings, workers)
         t0 = time.time()
-        batch_id = submit(settings, request)
+        batch_id = submit(settings, STUDIO, request)
         result.submit_s = time.time() - t0
         plan_uuid, done = None, None
         deadline = time.monotonic() + timeout

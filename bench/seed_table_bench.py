@@ -40,6 +40,7 @@ from mas.agents import studio_rules, style_check
 from mas.agents.meaning import StudioMeaning
 from mas.agents.style import Style
 from mas.config import Settings
+from mas.domain.identity import STUDIO
 from mas.grades import GRADES
 from mas.memory import blocks
 from mas.models import AgentCall, Attempt, Batch, BatchStatus, Video, VideoState
@@ -76,7 +77,7 @@ def play(studio: IsolatedStudio, timeout: float) -> dict:
 
     run("enqueue", "Create 3 videos of mythical creatures")
     learned = studio.mas("style", FEEDBACK)
-    stored = blocks.read(studio.settings, "user_style")
+    stored = blocks.read(studio.settings, STUDIO, "user_style")
     style_at = datetime.now(UTC)
     items = {(i.words, i.liked) for i in Style.of(stored).items}
     style_learned = learned.returncode == 0 and items == {(w, True) for w in ("purple", "blue", "dark", "moody")}

@@ -47,6 +47,7 @@ from mas.agents.reading import one_sided_families
 from mas.agents.replies import NoValidReply, problem
 from mas.agents.roles import Reading
 from mas.agents.style import Style, StyleItem, colour_families, normalized
+from mas.domain.identity import STUDIO
 from mas.errors import RetryableError
 from mas.memory.embedding_export import default_cache_dir
 from mas.memory.embeddings import default_model_path, open_embedder
@@ -284,7 +285,7 @@ def model_reader(name: str) -> tuple[Reader, Callable[[], None]]:
         MAS_LLM_MODEL=server.alias,
         MAS_LLM_CONTEXT_CHARS="2000",  # as the seed-table bench: the conversation's history stays short
     ).__enter__()
-    director = agents.backend(studio.settings).director
+    director = agents.backend(studio.settings, STUDIO).director
 
     def close() -> None:
         studio.__exit__(None, None, None)

@@ -27,9 +27,10 @@ from gpu.preference_model import PreferenceModel, preference_base, promoted_adap
 from gpu.residency import Residency
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.gpu_rules import grading
 from mas.gpu_rules.grading import AXES, BENCHMARK_METRICS, MULTI_AXES, ModelMissing, NothingToGrade
-from mas.models import DEFAULT_USER, Attempt, Video
+from mas.models import Attempt, Video
 from mas.storage import local_copy
 from mas.video import decode_video
 
@@ -85,13 +86,13 @@ class DQAGrader:
         key = f"dqa:clip:{self.settings.gpu.torch_dtype}:{folder}"
         return self.residency.get(key, loader=lambda: ClipScorer.load(folder, dtype=self.dtype))
 
-    def preference_model(self, user: str = DEFAULT_USER) -> PreferenceModel | None:
-        """`user`'s promoted adapter on its base model, resident; None while preference is off (no
+    def preference_model(self, actor: Actor) -> PreferenceModel | None:
+        """`actor`'s promoted adapter on its base model, resident; None while preference is off (no
         MAS_PREFERENCE_BASE_MODEL_PATH) or no adapter of theirs has been promoted yet."""
         if self.settings.quality.preference_base_model_path is None:
             return None
         base = preference_base(self.settings)
-        adapter = promoted_adapter(self.settings.for_user(user), base=base)
+        adapter = promoted_adapter(self.settings, actor, base=base)
         if adapter is None:
             return None
         if not adapter.present:
@@ -104,7 +105,7 @@ class DQAGrader:
         key = f"dqa:preference:float32:{base}:v{adapter.version}"
         return self.residency.get(key, loader=lambda: PreferenceModel.load(base=base, adapter=adapter.path))
 
-    def measure(self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER) -> dict[str, float]:
+    def measure(self, *, video: Path, prompt: str, actor: Actor, concept: str = "") -> dict[str, float]:
         """Phases 1-3: every raw measurement, before synthesis."""
         decoded = decode_video(video)
         scorer = self.clip()
@@ -113,15 +114,13 @@ class DQAGrader:
         measured = verify(scorer, sampled, prompt=prompt, config=self.config)  # Phase 1
         measured |= benchmark(frames, sampled, config=self.config)  # Phase 2
         measured |= multi_axis(measured)
-        if (preference := self.preference_model(user)) is not None:  # Phase 3
+        if (preference := self.preference_model(actor)) is not None:  # Phase 3
             measured["preference"] = preference.score(concept=concept, prompt=prompt)
         return measured
 
-    def __call__(
-        self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER
-    ) -> tuple[dict[str, float], str]:
+    def __call__(self, *, video: Path, prompt: str, actor: Actor, concept: str = "") -> tuple[dict[str, float], str]:
         """(scores, grade): the five axes, their sub-scores and `total`; the grade by mas.gpu_rules.grading's cut-offs."""
-        measured = self.measure(video=video, prompt=prompt, concept=concept, user=user)
+        measured = self.measure(video=video, prompt=prompt, concept=concept, actor=actor)
         return grading.synthesize(measured, weights=self.settings.quality.dqa_weights)  # Phase 4, plain arithmetic
 
 
@@ -169,12 +168,12 @@ def regrade(settings: Settings, video_id: int, *, residency: Residency) -> Regra
         ).scalar_one_or_none()
         if row is None:
             raise NothingToGrade(f"video {video_id} has no rendered attempt yet; grade it once it has been rendered")
-        concept, attempt, user = video.concept, row, video.batch.user_name
+        concept, attempt, actor = video.concept, row, Actor(video.batch.user_name)
     path = local_copy(settings, attempt.output_path)
     if path is None:
         raise NothingToGrade(f"the file of video {video_id} ({attempt.output_path}) is not in the storage")
     grader = DQAGrader(settings=settings, residency=residency)
-    scores, grade = grader(video=path, prompt=attempt.prompt, concept=concept, user=user)
+    scores, grade = grader(video=path, prompt=attempt.prompt, concept=concept, actor=actor)
     stored = attempt.scores or {}
     share = grading.effective_weights(settings.quality.dqa_weights, present=[a for a in AXES if a in scores])
     subs = {"benchmark": BENCHMARK_METRICS, "multi_axis": MULTI_AXES}

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from mas.domain.identity import Actor
 from mas.errors import PermanentError
-from mas.models import DEFAULT_USER
 
 Progress = Callable[[int, int], None]
 
@@ -79,7 +79,5 @@ class Grader(Protocol):
     @property
     def name(self) -> str: ...
 
-    def __call__(
-        self, *, video: Path, prompt: str, concept: str = "", user: str = DEFAULT_USER
-    ) -> tuple[dict[str, float], str]:
-        """(scores, grade); `user` is whose taste the preference axis measures."""
+    def __call__(self, *, video: Path, prompt: str, actor: Actor, concept: str = "") -> tuple[dict[str, float], str]:
+        """(scores, grade); `actor` is whose taste the preference axis measures."""

@@ -19,6 +19,7 @@ from torch import nn
 
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.gpu_rules.grading import model_folder
 from mas.models import TrainedAdapter
 
@@ -138,8 +139,8 @@ class PreferenceModel(nn.Module):
         return (token_logps * completion[:, 1:]).sum(-1)
 
 
-def promoted_adapter(settings: Settings, *, base: Path) -> PromotedAdapter | None:
-    """`settings.user`'s newest promoted adapter trained on `base` (adapters of another base model do not
+def promoted_adapter(settings: Settings, actor: Actor, *, base: Path) -> PromotedAdapter | None:
+    """`actor.user`'s newest promoted adapter trained on `base` (adapters of another base model do not
     apply; a user with none has no preference axis)."""
     with session_scope(settings) as session:
         row = session.execute(
@@ -147,7 +148,7 @@ def promoted_adapter(settings: Settings, *, base: Path) -> PromotedAdapter | Non
             .where(
                 TrainedAdapter.promoted.is_(True),
                 TrainedAdapter.base_model == str(base.resolve()),
-                TrainedAdapter.user_name == settings.user,
+                TrainedAdapter.user_name == actor.user,
             )
             .order_by(TrainedAdapter.version.desc())
             .limit(1)

@@ -24,7 +24,7 @@ import numpy as np
 
 from gpu.interfaces import STOP_POLL_SECONDS, Progress, check_stop
 from mas import grades
-from mas.models import DEFAULT_USER
+from mas.domain.identity import Actor
 from mas.palette import palette_of
 from mas.video import decode_video
 
@@ -120,8 +120,8 @@ class PreviewGrader:
         *,
         video: Path,
         prompt: str,
+        actor: Actor,  # noqa: ARG002
         concept: str = "",  # noqa: ARG002
-        user: str = DEFAULT_USER,  # noqa: ARG002
     ) -> tuple[dict[str, float], str]:
         frames = decode_video(video).astype(np.float32)
         # noise: mean absolute difference between horizontally adjacent pixels inside colour bands

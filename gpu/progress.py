@@ -55,7 +55,7 @@ class ProgressPublisher:
             try:
                 progress.publish(
                     self.run.settings,
-                    user=self.run.settings.user,
+                    user=self.run.actor.user,
                     batch_id=self.batch_id,
                     video_id=self.run.video_id,
                     attempt=self.run.attempt,

@@ -36,6 +36,7 @@ from gpu.progress import ProgressPublisher
 from gpu.turns import Turn, rank
 from mas import names
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.domain.steps import BY_NAME
 from mas.errors import RetryableError
 from mas.models import Attempt, Video
@@ -78,7 +79,7 @@ def tune(self, dry_run: bool = False, user: str | None = None) -> dict:
             priority=priority_of(self),
             limit_seconds=settings.gpu.tune_max_seconds,
         )
-        report = run_tuner(settings.for_user(name), dry_run=dry_run, gpu_turn=turn)
+        report = run_tuner(settings, Actor(name), dry_run=dry_run, gpu_turn=turn)
         log.info("tune %s: %s%s", name, report.taste.reason + " " if report.taste else "", report.reason)
         return asdict(report)
 
@@ -262,7 +263,6 @@ class GradingJob:
     location: str
     prompt: str
     concept: str
-    user: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,9 +277,7 @@ class Grade:
 
     def prepare(self, run: StepRun, session: Session, video: Video) -> GradingJob:
         row = states.attempt_row(session, video.id, run.attempt)
-        return GradingJob(
-            location=row.output_path or "", prompt=row.prompt, concept=video.concept, user=video.batch.user_name
-        )
+        return GradingJob(location=row.output_path or "", prompt=row.prompt, concept=video.concept)
 
     def work(self, run: StepRun, job: GradingJob) -> Grading:
         what = f"grading of video {run.video_id} attempt {run.attempt}"
@@ -290,7 +288,9 @@ class Grade:
             with gpu_turns(run.settings).turn(
                 what=what, priority=run.priority, limit_seconds=run.settings.gpu.max_render_seconds
             ):
-                scores, grade = grader(run.settings)(video=path, prompt=job.prompt, concept=job.concept, user=job.user)
+                scores, grade = grader(run.settings)(
+                    video=path, prompt=job.prompt, concept=job.concept, actor=run.actor
+                )
         except VideoUnreadable as exc:  # a broken render is graded F, so review renders it again
             return Grading(scores={"total": 0.0}, grade="F", reasons=[str(exc)])
         return Grading(scores=scores, grade=grade, reasons=[])

@@ -8,7 +8,7 @@ are there, plain peft + trl otherwise. DPO makes the adapter a reward model for 
 (Rafailov et al. 2023), with the base model (adapter disabled) as π_ref. That reward, through a sigmoid,
 is the `preference` axis of DQA.
 
-Everything is per user (`settings.user`): their picks, their adapters, their pairwise taste. A tune first
+Everything is per user (the `Actor` a tune is for): their picks, their adapters, their pairwise taste. A tune first
 fits the user's pairwise taste (`mas.learning.promotion`, a fraction of a second on the CPU, no GPU turn), then,
 when a base model is configured, trains a DPO adapter inside a GPU turn. Each trained adapter gets the next
 version in `trained_adapters`. It is promoted only if it predicts held-out choices at least as well as the
@@ -50,6 +50,7 @@ from gpu.preference_model import (
 from mas import locks, names
 from mas.config import Settings
 from mas.db import ready_engine, session_scope
+from mas.domain.identity import Actor
 from mas.learning.promotion import TasteReport, tune_taste
 from mas.models import ABSelection, TrainedAdapter
 
@@ -151,12 +152,12 @@ class _Counts(TypedDict):
 # --- data ------------------------------------------------------------------------------------------
 
 
-def load_pairs(settings: Settings) -> list[PreferencePair]:
-    """Every (chosen, rejected) pair of `settings.user`'s picks, in selection id order; blank prompts skipped."""
+def load_pairs(settings: Settings, actor: Actor) -> list[PreferencePair]:
+    """Every (chosen, rejected) pair of `actor.user`'s picks, in selection id order; blank prompts skipped."""
     with session_scope(settings) as session:
         rows = session.execute(
             sa.select(ABSelection.id, ABSelection.concept, ABSelection.chosen_prompt, ABSelection.rejected_prompts)
-            .where(ABSelection.user_name == settings.user)
+            .where(ABSelection.user_name == actor.user)
             .order_by(ABSelection.id)
         ).all()
     return [
@@ -315,12 +316,13 @@ def _release() -> None:
 
 def tune(
     settings: Settings,
+    actor: Actor,
     *,
     dry_run: bool = False,
     config: TunerConfig | None = None,
     gpu_turn: Callable[[], AbstractContextManager] = nullcontext,
 ) -> TuneReport:
-    """Fit `settings.user`'s pairwise taste and, when a base model is configured, train a DPO adapter on their
+    """Fit `actor.user`'s pairwise taste and, when a base model is configured, train a DPO adapter on their
     picks; each is promoted or not by its own rule. With too few pairs, or `dry_run`, it says what it would do
     and trains nothing. `gpu_turn()` is held around DPO training and judging only, the part that uses the GPU
     (the gpu worker passes one of its turns). `mas tune [--user NAME] [--dry-run]` prints the report; the beat
@@ -328,10 +330,10 @@ def tune(
     """
     config = config or TunerConfig()
     started = time.monotonic()
-    pairs = load_pairs(settings)
+    pairs = load_pairs(settings, actor)
     train, heldout = split_heldout(pairs, every=config.heldout_every)
     counts: _Counts = {
-        "user": settings.user,
+        "user": actor.user,
         "pairs": len(pairs),
         "train_pairs": len(train),
         "heldout_pairs": len(heldout),
@@ -339,7 +341,7 @@ def tune(
     }
     if len(pairs) < settings.quality.min_preference_pairs or not train or not heldout:
         reason = (
-            f"{settings.user}: {len(pairs)} preference pairs from A/B choices; {settings.quality.min_preference_pairs} needed "
+            f"{actor.user}: {len(pairs)} preference pairs from A/B choices; {settings.quality.min_preference_pairs} needed "
             f"(MAS_MIN_PREFERENCE_PAIRS), with at least {config.heldout_every} choices so one can be held out. "
             "The studio default serves this user meanwhile (no preference: every variation expected equally, "
             "no preference axis in grading). Run more A/B tests and pick winners (`mas pick`), then tune "
@@ -355,7 +357,7 @@ def tune(
             would = "skip DPO (no MAS_PREFERENCE_BASE_MODEL_PATH)"
             current = None
         else:
-            current, _ = _current(settings, base=base)
+            current, _ = _current(settings, actor, base=base)
             would = (
                 f"train DPO on {len(train)} pairs with {backend} and judge it on {len(heldout)} held-out "
                 f"pairs against {'v' + str(current.version) if current else 'no adapter yet'}"
@@ -372,7 +374,7 @@ def tune(
     # one tune at a time: the nightly beat job and a manual `mas tune` may meet
     busy = "another `mas tune` is training right now; wait for it to finish and run it again"
     with locks.held_or_busy(ready_engine(settings), names.TUNE_LOCK, busy=busy):
-        taste = tune_taste(settings)
+        taste = tune_taste(settings, actor)
         if base is None:
             reason = (
                 "no DPO adapter: MAS_PREFERENCE_BASE_MODEL_PATH names no base model, so the preference axis "
@@ -387,20 +389,21 @@ def tune(
                 **counts,
             )
         with gpu_turn():
-            adapter = _train_and_judge(settings, base=base, train=train, heldout=heldout, config=config)
+            adapter = _train_and_judge(settings, actor, base=base, train=train, heldout=heldout, config=config)
     return TuneReport(taste=taste, seconds=round(time.monotonic() - started, 2), **adapter, **counts)
 
 
 def _train_and_judge(
     settings: Settings,
+    actor: Actor,
     *,
     base: Path,
     train: Sequence[PreferencePair],
     heldout: Sequence[PreferencePair],
     config: TunerConfig,
 ) -> dict[str, Any]:
-    """Train the next DPO adapter of `settings.user`, judge it and the promoted one on `heldout`, store it."""
-    current, lost = _current(settings, base=base)
+    """Train the next DPO adapter of `actor.user`, judge it and the promoted one on `heldout`, store it."""
+    current, lost = _current(settings, actor, base=base)
     version = _next_version(settings)
     folder = (settings.data_dir / "adapters").resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -420,7 +423,7 @@ def _train_and_judge(
                 pairs_used=len(train),
                 heldout_accuracy=accuracy,
                 promoted=promoted,
-                user_name=settings.user,
+                user_name=actor.user,
                 metrics={
                     **metrics,
                     "heldout_pairs": len(heldout),
@@ -449,10 +452,10 @@ def _train_and_judge(
     }
 
 
-def _current(settings: Settings, *, base: Path) -> tuple[PromotedAdapter | None, bool]:
+def _current(settings: Settings, actor: Actor, *, base: Path) -> tuple[PromotedAdapter | None, bool]:
     """(the promoted adapter, whether its files are lost). Lost files leave nothing to compare with, and
     graders could not load it either, so a lost adapter counts as none."""
-    current = promoted_adapter(settings, base=base)
+    current = promoted_adapter(settings, actor, base=base)
     if current is not None and not current.present:
         return None, True
     return current, False

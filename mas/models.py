@@ -25,13 +25,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from mas.domain.identity import DEFAULT_USER
 from mas.domain.states import BatchStatus, VideoState
 from mas.names import Priority
 
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
-
-DEFAULT_USER = "default"
-"""The user of work and picks when no `--user` / MAS_USER names one; the studio default taste."""
 
 
 def users_own(name: str, user: str) -> str:
@@ -41,7 +39,7 @@ def users_own(name: str, user: str) -> str:
 
 
 def _user_column() -> Mapped[str]:
-    """Whose taste a row belongs to (`--user` / MAS_USER)."""
+    """Whose a row is (`mas.domain.identity.Actor`: a command's `--user`, the caller, a batch's user)."""
     return mapped_column(String(40), default=DEFAULT_USER, server_default=DEFAULT_USER, index=True)
 
 

@@ -20,6 +20,7 @@ from mas.agents.meaning import StudioMeaning
 from mas.agents.roles import Draft, Plan, PlannedVideo, ReviewBrief, Verdict, WriterBrief
 from mas.agents.style import Style
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.domain.steps import BY_NAME, FIRST, STARTS, STEP_STATES, StepPayload
 from mas.learning import ab_design, promotion, style_book
 from mas.memory import blocks, recall
@@ -48,7 +49,7 @@ def plan_batch(self, batch_id: int) -> dict:
         batch = session.get(Batch, batch_id)
         if batch is None or batch.status != BatchStatus.queued:
             raise Ignore()
-        settings = self.app.settings.for_user(batch.user_name)  # the taste blocks of the user it is made for
+        settings, actor = self.app.settings, Actor(batch.user_name)  # the user it is made for: their taste blocks
         request, user = request_of(batch), batch.user_name
         series_name = (request.series_name or request.theme) if request.kind == "series" else None
         done = (
@@ -57,13 +58,13 @@ def plan_batch(self, batch_id: int) -> dict:
             )
             or 0
         )
-    crew = agents.backend(settings)
+    crew = agents.backend(settings, actor)
     if request.kind == "ab":  # the Director proposes, the studio shows what teaches the user's taste most
         proposals = crew.director.plan(ab_design.proposals_request(request, settings=settings), batch_id=batch_id)
-        plan = ab_design.offer(proposals, count=request.count, settings=settings)
+        plan = ab_design.offer(proposals, count=request.count, settings=settings, actor=actor)
     else:
         plan = crew.director.plan(request, episodes_done=done, batch_id=batch_id)
-    style = style_book.applied(blocks.read(settings, "user_style"))  # what its prompts are written against
+    style = style_book.applied(blocks.read(settings, actor, "user_style"))  # what its prompts are written against
     with session_scope(settings) as session:
         batch = session.execute(sa.select(Batch).where(Batch.id == batch_id).with_for_update()).scalar_one()
         if batch.status != BatchStatus.queued:
@@ -93,6 +94,7 @@ def plan_batch(self, batch_id: int) -> dict:
         )
         blocks.update(
             settings,
+            actor,
             "production_queue",
             {
                 "QUEUE_STATUS": "active",
@@ -102,11 +104,12 @@ def plan_batch(self, batch_id: int) -> dict:
                 "PENDING_VIDEOS": video_ids[: blocks.PENDING_SHOWN],
                 "IN_PROGRESS": None,
             },
-            actor="director",
+            by="director",
             session=session,
         )
         blocks.update(
             settings,
+            actor,
             "session_state",
             lambda v: {
                 "LAST_ACTIVITY": blocks.now_iso(),
@@ -117,7 +120,7 @@ def plan_batch(self, batch_id: int) -> dict:
                 ],
                 "QUEUED_VIDEOS": video_ids[: blocks.PENDING_SHOWN],
             },
-            actor="director",
+            by="director",
             session=session,
         )
         session.flush()
@@ -145,6 +148,7 @@ def _add_to_series(settings, session: Session, batch: Batch, name: str, *, theme
     batch.series_id = series.id
     blocks.update(
         settings,
+        Actor(batch.user_name),
         "current_series",
         {
             "ACTIVE_SERIES": series.name,
@@ -155,7 +159,7 @@ def _add_to_series(settings, session: Session, batch: Batch, name: str, *, theme
             "SERIES_ELEMENTS": series.elements,
             "CONSISTENCY_RULES": series.consistency_rules,
         },
-        actor="director",
+        by="director",
         session=session,
     )
 
@@ -173,6 +177,7 @@ def _start_ab_test(
     variations = [{"label": p.label, "video_id": v.id, "approach": p.approach} for v, p in videos]
     blocks.update(
         settings,
+        Actor(batch.user_name),
         "ab_testing",
         {
             "ACTIVE_TEST": str(test.id),
@@ -180,7 +185,7 @@ def _start_ab_test(
             "VARIATION_A_ID": str(videos[0][0].id),
             "VARIATION_B_ID": str(videos[1][0].id),
         },
-        actor="director",
+        by="director",
         session=session,
     )
 
@@ -224,8 +229,10 @@ class Write:
         )
 
     def work(self, run: StepRun, facts: VideoFacts) -> Written:
-        brief = _brief(run.settings, facts, run.attempt, run.video_id)
-        draft = agents.backend(run.settings, rank=promotion.ranker(run.settings)).writer.write(brief)
+        brief = _brief(run.settings, run.actor, facts, run.attempt, run.video_id)
+        draft = agents.backend(run.settings, run.actor, rank=promotion.ranker(run.settings, run.actor)).writer.write(
+            brief
+        )
         checked = (
             draft.style_check
             or style_check.check(draft.prompt, Style.of(brief.user_style), StudioMeaning(run.settings)).as_json()
@@ -247,7 +254,9 @@ class Write:
                 style_check=written.style_check,
             )
         )
-        blocks.update(run.settings, "production_queue", {"IN_PROGRESS": str(video.id)}, actor="writer", session=session)
+        blocks.update(
+            run.settings, run.actor, "production_queue", {"IN_PROGRESS": str(video.id)}, by="writer", session=session
+        )
 
         def remember() -> None:
             recall.append(
@@ -260,11 +269,11 @@ class Write:
         return Outcome(state=run.step.next_state, remember=remember)
 
 
-def _brief(settings, facts: VideoFacts, attempt: int, video_id: int) -> WriterBrief:
-    user_style = blocks.read(settings, "user_style")
-    quality = blocks.read(settings, "quality_standards")
-    series = blocks.read(settings, "current_series") if facts.in_series else {}
-    ab = blocks.read(settings, "ab_testing")
+def _brief(settings, actor: Actor, facts: VideoFacts, attempt: int, video_id: int) -> WriterBrief:
+    user_style = blocks.read(settings, actor, "user_style")
+    quality = blocks.read(settings, actor, "quality_standards")
+    series = blocks.read(settings, actor, "current_series") if facts.in_series else {}
+    ab = blocks.read(settings, actor, "ab_testing")
     archive = ArchivalMemory(settings)  # the Writer's patterns come from here
     successes = [
         r.metadata.get("prompt", r.text)
@@ -324,8 +333,8 @@ class Review:
         )
 
     def work(self, run: StepRun, graded: Graded) -> Verdict:
-        quality = blocks.read(run.settings, "quality_standards")
-        verdict = agents.backend(run.settings).cameraman.review(
+        quality = blocks.read(run.settings, run.actor, "quality_standards")
+        verdict = agents.backend(run.settings, run.actor).cameraman.review(
             ReviewBrief(
                 grade=graded.grade,
                 scores=graded.scores,
@@ -350,6 +359,7 @@ class Review:
         if verdict.failure_reasons:
             blocks.update(
                 settings,
+                run.actor,
                 "quality_standards",
                 lambda v: {
                     "FAILURE_PATTERNS_TO_AVOID": list(
@@ -359,18 +369,19 @@ class Review:
                         dict.fromkeys(v["REFINEMENT_STRATEGIES"] + ([verdict.strategy] if verdict.strategy else []))
                     )[-blocks.KEEP :],
                 },
-                actor="cameraman",
+                by="cameraman",
                 session=session,
             )
         if verdict.action == "accept" and attempt > 1:
             success = f"grade {row.grade} after {attempt} attempts: {row.prompt[:120]}"
             blocks.update(
                 settings,
+                run.actor,
                 "quality_standards",
                 lambda v: {
                     "SUCCESSFUL_PATTERNS": list(dict.fromkeys(v["SUCCESSFUL_PATTERNS"] + [success]))[-5:],
                 },
-                actor="cameraman",
+                by="cameraman",
                 session=session,
             )
 

@@ -12,6 +12,7 @@ from celery import shared_task
 
 from mas import agents, names
 from mas.db import session_scope
+from mas.domain.identity import STUDIO
 from mas.domain.states import TERMINAL
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory, NewPassage
@@ -24,9 +25,9 @@ from mas.runtime.app import AgentTask
 def consolidate(self) -> dict:
     """Sleeptime: from a clear buffer, summarize recent work into session_state and archival learnings."""
     settings = self.app.settings
-    crew = agents.backend(settings)
+    crew = agents.backend(settings, STUDIO)  # the studio's own work: its shared blocks, no user's taste
     recall.begin_run(settings, "director_sleeptime")
-    since = blocks.versioned(settings, "session_state").field_updated_at.get("LAST_SESSION_SUMMARY")
+    since = blocks.versioned(settings, STUDIO, "session_state").field_updated_at.get("LAST_SESSION_SUMMARY")
     with session_scope(settings) as session:
         stmt = sa.select(Video.id).where(Video.state.in_(list(TERMINAL))).order_by(Video.updated_at.desc())
         if since:
@@ -45,12 +46,13 @@ def consolidate(self) -> dict:
     recall.append(settings, "director_sleeptime", role="assistant", content=result.summary)
     blocks.update(
         settings,
+        STUDIO,
         "session_state",
         {
             "LAST_ACTIVITY": blocks.now_iso(),
             "LAST_SESSION_SUMMARY": result.summary,
         },
-        actor="director_sleeptime",
+        by="director_sleeptime",
     )
     if result.learnings:
         ArchivalMemory(settings).insert_many(

@@ -23,6 +23,7 @@ from celery import current_app
 from celery.signals import worker_init, worker_process_init
 
 from mas import agents
+from mas.domain.identity import STUDIO
 from mas.errors import StudioError
 from mas.memory.embeddings import EmbeddingUnavailable, get_embedder
 from mas.names import CPU_QUEUE
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 def _load() -> None:
     started = time.monotonic()
     try:
-        agents.backend(current_app.settings)  # imports the configured backend's modules; calls nothing
+        agents.backend(current_app.settings, STUDIO)  # imports the configured backend's modules; calls nothing
     except StudioError as exc:  # the first task that needs it reports the same error
         log.warning("agent backend not preloaded: %s", exc)
     try:

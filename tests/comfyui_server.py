@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import socket
 import struct
 import threading
@@ -62,6 +63,17 @@ class _Job:
     def listed(self) -> list[Any]:
         """The job as GET /queue and the history entry list it: [number, prompt_id, prompt, extra_data, outputs]."""
         return [self.number, self.prompt_id, self.workflow, self.extra_data, _saving_nodes(self.workflow)]
+
+
+def write_workflow(path: Path) -> Path:
+    """The smallest workflow template the studio's ComfyUI backend takes (a prompt, a seed, a saved video), for
+    the stand-in, written to `path`."""
+    path.write_text(json.dumps({
+        "5222": {"class_type": "PrimitiveStringMultiline", "inputs": {"value": "placeholder"}},
+        "5232:5158": {"class_type": "RandomNoise", "inputs": {"noise_seed": 0}},
+        "5075": {"class_type": "SaveVideo", "inputs": {"filename_prefix": "LTX_2"}},
+    }))  # fmt: skip
+    return path
 
 
 class ComfyUIStandIn:
@@ -169,8 +181,9 @@ class ComfyUIStandIn:
         if "client_id" in body:
             extra_data["client_id"] = body["client_id"]
         extra_data["create_time"] = int(time.time() * 1000)
-        job = _Job(number=number, prompt_id=str(body.get("prompt_id", uuid.uuid4())), workflow=workflow,
-                   extra_data=extra_data)
+        job = _Job(
+            number=number, prompt_id=str(body.get("prompt_id", uuid.uuid4())), workflow=workflow, extra_data=extra_data
+        )
         self.queued.append(job.prompt_id)
         self._pending.append(job)
         self._work_arrived.set()
@@ -224,14 +237,22 @@ class ComfyUIStandIn:
 
     async def _system_stats(self, request: web.Request) -> web.Response:  # noqa: ARG002
         gib = 1 << 30
-        return web.json_response({
-            "system": {"os": "posix", "comfyui_version": "0.3.75 (stand-in)", "ram_total": 128 * gib},
-            "devices": [{
-                "name": "cuda:0 stand-in GPU", "type": "cuda", "index": 0,
-                "vram_total": 80 * gib, "vram_free": 61 * gib,
-                "torch_vram_total": 20 * gib, "torch_vram_free": 1 * gib,
-            }],
-        })
+        return web.json_response(
+            {
+                "system": {"os": "posix", "comfyui_version": "0.3.75 (stand-in)", "ram_total": 128 * gib},
+                "devices": [
+                    {
+                        "name": "cuda:0 stand-in GPU",
+                        "type": "cuda",
+                        "index": 0,
+                        "vram_total": 80 * gib,
+                        "vram_free": 61 * gib,
+                        "torch_vram_total": 20 * gib,
+                        "torch_vram_free": 1 * gib,
+                    }
+                ],
+            }
+        )
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         """A session per clientId; a new connection under an id takes the session over, and the end of
@@ -307,17 +328,27 @@ class ComfyUIStandIn:
                 if script.websocket == "drop" and client_id in self._sockets:
                     await self._sockets[client_id].close(code=WSCloseCode.GOING_AWAY)
                 if script.outcome == "error":
-                    await send("execution_error", {
-                        "node_id": sampler, "node_type": workflow[sampler]["class_type"], "executed": [],
-                        "exception_message": "Allocation on device \n", "exception_type": "torch.OutOfMemoryError",
-                        "traceback": ["  File \"execution.py\", line 1, in execute\n"],
-                        "current_inputs": {}, "current_outputs": {},
-                    }, keep=True)
+                    await send(
+                        "execution_error",
+                        {
+                            "node_id": sampler,
+                            "node_type": workflow[sampler]["class_type"],
+                            "executed": [],
+                            "exception_message": "Allocation on device \n",
+                            "exception_type": "torch.OutOfMemoryError",
+                            "traceback": ['  File "execution.py", line 1, in execute\n'],
+                            "current_inputs": {},
+                            "current_outputs": {},
+                        },
+                        keep=True,
+                    )
                     finish({}, ok=False)
                     break
             else:
-                saved = {"images": [{"filename": script.filename, "subfolder": script.subfolder, "type": "output"}],
-                         "animated": [True]}
+                saved = {
+                    "images": [{"filename": script.filename, "subfolder": script.subfolder, "type": "output"}],
+                    "animated": [True],
+                }
                 outputs = dict.fromkeys(_saving_nodes(workflow), saved)
                 for node, output in outputs.items():
                     await send("executed", {"node": node, "display_node": node, "output": output})
@@ -358,15 +389,21 @@ def _validation_error(workflow: dict[str, Any]) -> dict[str, Any]:
     node = (texts or list(workflow))[0]
     return {
         "error": {
-            "type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation",
-            "details": "", "extra_info": {},
+            "type": "prompt_outputs_failed_validation",
+            "message": "Prompt outputs failed validation",
+            "details": "",
+            "extra_info": {},
         },
         "node_errors": {
             node: {
-                "errors": [{
-                    "type": "required_input_missing", "message": "Required input is missing",
-                    "details": "value", "extra_info": {"input_name": "value"},
-                }],
+                "errors": [
+                    {
+                        "type": "required_input_missing",
+                        "message": "Required input is missing",
+                        "details": "value",
+                        "extra_info": {"input_name": "value"},
+                    }
+                ],
                 "dependent_outputs": _saving_nodes(workflow),
                 "class_type": workflow[node]["class_type"],
             }

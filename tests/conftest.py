@@ -54,9 +54,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 LONGEST_GROUPS = (  # by the run at 3197165 with the groups in effect (bench/RESULTS-suite.md)
-    "llm-batches", "tests/system/test_failover_hosts.py", "tests/system/test_comfyui_real.py", "tests/system/test_durable.py",
-    "tests/system/test_letta.py", "tests/system/test_llm_agents.py", "tests/system/test_reliability.py", "tests/system/test_across_hosts.py",
-    "tests/integration/test_diffusers_backend.py", "reliability-generators", "llm-server-down", "tests/system/test_bad_input.py",
+    "llm-batches",
+    "tests/system/test_failover_hosts.py",
+    "tests/system/test_comfyui_real.py",
+    "tests/system/test_durable.py",
+    "tests/system/test_letta.py",
+    "tests/system/test_llm_agents.py",
+    "tests/system/test_reliability.py",
+    "tests/system/test_across_hosts.py",
+    "tests/integration/test_diffusers_backend.py",
+    "reliability-generators",
+    "llm-server-down",
+    "tests/system/test_bad_input.py",
     "tests/system/test_webhooks.py",
 )
 """The groups that take longest, longest first (bench/RESULTS-suite.md), handed out first under `pytest -n`: a
@@ -106,9 +115,15 @@ def clean(settings, engine):
     while True:
         try:
             with engine.begin() as conn:
-                tables = conn.execute(
-                    sa.text("select tablename from pg_tables where schemaname='public' and tablename<>'alembic_version'")
-                ).scalars().all()
+                tables = (
+                    conn.execute(
+                        sa.text(
+                            "select tablename from pg_tables where schemaname='public' and tablename<>'alembic_version'"
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
                 if tables:
                     conn.execute(sa.text(f"truncate {', '.join(tables)} restart identity cascade"))
             return settings

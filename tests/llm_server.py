@@ -15,7 +15,10 @@ from tests.harness.processes import Server
 from tests.ports import free_port
 
 VERSION = "0.3.36"
-VENV = Path(os.environ.get("LLM_VENV") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / f"llm-server-venv-{VERSION}")
+VENV = Path(
+    os.environ.get("LLM_VENV")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / f"llm-server-venv-{VERSION}"
+)
 MODEL_NAME = "smollm2-135m-instruct"
 CONTEXT_TOKENS = 8192
 
@@ -27,7 +30,9 @@ def unavailable_reason() -> str | None:
     return None
 
 
-GEMMA_MODEL = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / "models" / "gemma-3-270m-q4_k_m.gguf"
+GEMMA_MODEL = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mas" / "models" / "gemma-3-270m-q4_k_m.gguf"
+)
 """Gemma 3 270M (a pretrained base model, Q4_K_M), assembled by `scripts/gemma-model.sh` (benchmarks only)."""
 
 

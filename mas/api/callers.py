@@ -1,15 +1,15 @@
-"""Who a request is from and whose work it may touch: the identity the gallery's gate proved from the
-credential, and the settings of the user a request acts for. Routes never take the acting user from the body."""
+"""Who a request is from and whose work it may touch: the identity the gate (`mas.accounts.gate`) proved from
+the credential, the `Actor` a request's work is done for, and the one settings object of the process. Routes
+never take the acting user from the body; what a caller may see is `mas.accounts.visibility.visible`."""
 
 from __future__ import annotations
 
 from starlette.requests import HTTPConnection
 
+from mas.accounts.gate import SCOPE_KEY
 from mas.config import Settings
-from mas.domain.identity import Identity
+from mas.domain.identity import Actor, Identity
 from mas.errors import Unauthorized
-
-SCOPE_KEY = "mas.identity"
 
 
 def identity_of(connection: HTTPConnection) -> Identity:
@@ -20,12 +20,12 @@ def identity_of(connection: HTTPConnection) -> Identity:
     return identity
 
 
-def acting(connection: HTTPConnection, named: str | None = None) -> Settings:
-    """The settings of the user the request acts for: the caller, or a user an admin names."""
+def actor_of(connection: HTTPConnection, named: str | None = None) -> Actor:
+    """The user the request acts for: the caller, or a user an admin names."""
+    return identity_of(connection).actor(named)
+
+
+def settings_of(connection: HTTPConnection) -> Settings:
+    """The process's settings: the same for every caller."""
     settings: Settings = connection.app.state.settings
-    return settings.for_user(identity_of(connection).acts_for(named))
-
-
-def sees(connection: HTTPConnection, owner: str) -> bool:
-    """Whether the caller may see a thing `owner` owns (an admin sees everyone's)."""
-    return identity_of(connection).sees(owner)
+    return settings

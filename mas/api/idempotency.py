@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.errors import InvalidInput, RetryableError
 from mas.models import IdempotencyKey
 
@@ -53,15 +54,17 @@ def fingerprint(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def once(settings: Settings, key: str, body: dict, submit: Callable[[], tuple[int | None, int | None]]) -> Made:
-    """Run `submit` (returning a batch id or a schedule id) once per (user, key, request)."""
+def once(
+    settings: Settings, actor: Actor, key: str, body: dict, submit: Callable[[], tuple[int | None, int | None]]
+) -> Made:
+    """Run `submit` (returning a batch id or a schedule id) once per (`actor`, key, request)."""
     if not key or len(key) > MAX_KEY_CHARS or not key.isprintable():
         raise InvalidInput(f"an Idempotency-Key is 1 to {MAX_KEY_CHARS} printable characters")
     digest = fingerprint(body)
     with session_scope(settings) as session:
-        claimed = _claim(session, settings, key, digest)
+        claimed = _claim(session, settings, actor, key, digest)
         if claimed is None:
-            row = session.get(IdempotencyKey, (settings.user, key))
+            row = session.get(IdempotencyKey, (actor.user, key))
             if row is None:  # its submit failed and freed it since: the next try claims it
                 raise KeyBusy(f"the request with Idempotency-Key {key!r} is still being submitted; try again")
             if row.request_hash != digest:
@@ -69,7 +72,7 @@ def once(settings: Settings, key: str, body: dict, submit: Callable[[], tuple[in
             if row.batch_id is None and row.schedule_id is None:
                 raise KeyBusy(f"the request with Idempotency-Key {key!r} is still being submitted; try again")
             return Made(batch_id=row.batch_id, schedule_id=row.schedule_id, replayed=True)
-    ours = sa.and_(_key(settings, key), IdempotencyKey.created_at == claimed)  # still our claim
+    ours = sa.and_(_key(actor, key), IdempotencyKey.created_at == claimed)  # still our claim
     try:
         batch_id, schedule_id = submit()
     except BaseException:
@@ -86,20 +89,20 @@ def once(settings: Settings, key: str, body: dict, submit: Callable[[], tuple[in
     return Made(batch_id=batch_id, schedule_id=schedule_id, replayed=False)
 
 
-def _key(settings: Settings, key: str) -> sa.ColumnElement[bool]:
-    return sa.and_(IdempotencyKey.user_name == settings.user, IdempotencyKey.key == key)
+def _key(actor: Actor, key: str) -> sa.ColumnElement[bool]:
+    return sa.and_(IdempotencyKey.user_name == actor.user, IdempotencyKey.key == key)
 
 
 def _expired(settings: Settings) -> sa.ColumnElement[bool]:
     return IdempotencyKey.created_at < sa.func.now() - timedelta(hours=settings.service.idempotency_key_hours)
 
 
-def _claim(session: Session, settings: Settings, key: str, digest: str) -> datetime | None:
+def _claim(session: Session, settings: Settings, actor: Actor, key: str, digest: str) -> datetime | None:
     """Claim the key for this request: a new key, an expired one, or one left busy past the bound by the same
     request. The claim's time, or None when the key is someone else's (done, busy or another request's)."""
     claimed = session.execute(
         pg_insert(IdempotencyKey)
-        .values(user_name=settings.user, key=key, request_hash=digest)
+        .values(user_name=actor.user, key=key, request_hash=digest)
         .on_conflict_do_nothing()
         .returning(IdempotencyKey.created_at)
     ).scalar_one_or_none()
@@ -114,7 +117,7 @@ def _claim(session: Session, settings: Settings, key: str, digest: str) -> datet
     # one statement: of two retries at once, the second re-reads the row the first took, no longer old
     return session.execute(
         sa.update(IdempotencyKey)
-        .where(_key(settings, key), sa.or_(_expired(settings), abandoned))
+        .where(_key(actor, key), sa.or_(_expired(settings), abandoned))
         .values(request_hash=digest, batch_id=None, schedule_id=None, created_at=sa.func.now())
         .returning(IdempotencyKey.created_at)
         .execution_options(synchronize_session=False)

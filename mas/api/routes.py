@@ -6,7 +6,8 @@ at the terminal gets. Reads come from PostgreSQL; nothing here keeps state.
 
 Who acts is the caller the credential proved (`mas.api.callers`): a member's requests are theirs, and another
 user's batch, video or test is "not found" to them, exactly as one that does not exist; an admin sees
-everyone's and acts for a user it names.
+everyone's and acts for a user it names. Every listing and fetch applies the one visibility rule
+(`mas.accounts.visibility.visible`) in its query.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from sqlalchemy.orm import selectinload
 from starlette.responses import FileResponse
 
-from mas.api.callers import acting, identity_of, sees
+from mas.accounts.visibility import visible, visible_blocks
+from mas.api.callers import actor_of, identity_of, settings_of
 from mas.api.idempotency import once
 from mas.api.problems import Conflict, NotFound
 from mas.api.schemas import ABTestOut, BatchOut, BatchRequest, Pick, Submitted, VideoOut
 from mas.config import Settings
 from mas.db import is_row_id, session_scope
+from mas.domain.identity import Actor
 from mas.domain.requests import ProductionRequest, parse_request
 from mas.errors import InvalidInput
 from mas.models import ABTest, Batch, BatchStatus, Video
@@ -70,23 +73,25 @@ def submit(
     a quota allows; a schedule is counted when it runs."""
     from mas.pipeline import production
 
-    settings = acting(request, body.user)
+    settings, actor = settings_of(request), actor_of(request, body.user)
     production_request = _request_of(body, settings)
 
     def run() -> tuple[int | None, int | None]:
         if body.at is not None:
             schedule_id = production.schedule(
-                settings, production_request, run_at=body.at, priority=body.priority, notify_url=body.notify_url
+                settings, actor, production_request, run_at=body.at, priority=body.priority, notify_url=body.notify_url
             )
             return None, schedule_id
-        batch_id = production.submit(settings, production_request, priority=body.priority, notify_url=body.notify_url)
+        batch_id = production.submit(
+            settings, actor, production_request, priority=body.priority, notify_url=body.notify_url
+        )
         return batch_id, None
 
     if idempotency_key is None:
         batch_id, schedule_id = run()
         made = Submitted(batch_id=batch_id, schedule_id=schedule_id, replayed=False)
     else:
-        done = once(settings, idempotency_key, body.model_dump(mode="json"), run)
+        done = once(settings, actor, idempotency_key, body.model_dump(mode="json"), run)
         made = Submitted(batch_id=done.batch_id, schedule_id=done.schedule_id, replayed=done.replayed)
         if done.replayed:
             response.status_code = 200
@@ -105,11 +110,9 @@ def list_batches(
     statuses = {s.value for s in BatchStatus}
     if status is not None and status not in statuses:
         raise InvalidInput(f"unknown status {status!r}; use one of {', '.join(sorted(statuses))}")
-    identity = identity_of(request)
-    with session_scope(acting(request)) as session:
-        stmt = sa.select(Batch).order_by(Batch.id.desc()).limit(limit)
-        if not identity.is_admin:
-            stmt = stmt.where(Batch.user_name == identity.name)
+    with session_scope(settings_of(request)) as session:
+        stmt = sa.select(Batch).where(visible(identity_of(request), Batch.user_name))
+        stmt = stmt.order_by(Batch.id.desc()).limit(limit)
         if status is not None:
             stmt = stmt.where(Batch.status == BatchStatus(status))
         batches = session.scalars(stmt).all()
@@ -118,12 +121,14 @@ def list_batches(
 
 
 def _batch(request: Request, batch_id: int) -> BatchOut:
-    with session_scope(acting(request)) as session:
-        batch = session.get(Batch, batch_id) if is_row_id(batch_id) else None
-        if batch is None or not sees(request, batch.user_name):
+    settings = settings_of(request)
+    with session_scope(settings) as session:
+        mine = sa.select(Batch).where(Batch.id == batch_id, visible(identity_of(request), Batch.user_name))
+        batch = session.scalars(mine).first() if is_row_id(batch_id) else None
+        if batch is None:
             raise NotFound(f"there is no batch {batch_id}")
         videos = list(session.scalars(sa.select(Video).where(Video.batch_id == batch_id).order_by(Video.position)))
-        return BatchOut.of(batch, videos, places=queries.places(acting(request), session, batch_id))
+        return BatchOut.of(batch, videos, places=queries.places(settings, session, batch_id))
 
 
 @router.get("/batches/{batch_id}", response_model=BatchOut, responses=ERRORS, tags=["batches"])
@@ -142,28 +147,33 @@ def act_on_batch(batch_id: int, action: str, request: Request) -> BatchOut:
         raise NotFound(f"no action {action!r} on a batch: cancel, pause or continue")
     _batch(request, batch_id)  # 404 before anything is tried
     try:
-        actions[action](acting(request), batch_id)
+        actions[action](settings_of(request), batch_id)
     except control.NotChangeable as exc:
         raise Conflict(str(exc)) from None
     return _batch(request, batch_id)
 
 
+def _visible_video(request: Request, video_id: int) -> sa.Select[Video]:
+    """The video, if the caller may see its batch (`visible`)."""
+    mine = visible(identity_of(request), Batch.user_name)
+    return sa.select(Video).join(Batch, Batch.id == Video.batch_id).where(Video.id == video_id, mine)
+
+
 @router.get("/videos/{video_id}", response_model=VideoOut, responses=ERRORS, tags=["videos"])
 def get_video(video_id: int, request: Request) -> VideoOut:
     """One video with every attempt (prompt, grade, scores, reasons)."""
-    with session_scope(acting(request)) as session:
+    settings = settings_of(request)
+    with session_scope(settings) as session:
         video = (
             session.scalars(
-                sa.select(Video)
-                .options(selectinload(Video.attempts), selectinload(Video.batch))
-                .where(Video.id == video_id)
+                _visible_video(request, video_id).options(selectinload(Video.attempts), selectinload(Video.batch))
             ).first()
             if is_row_id(video_id)
             else None
         )
-        if video is None or not sees(request, video.batch.user_name):
+        if video is None:
             raise NotFound(f"there is no video {video_id}")
-        place = queries.places(acting(request), session, video.batch_id).get(video.id)
+        place = queries.places(settings, session, video.batch_id).get(video.id)
         return VideoOut.of(video, with_attempts=True, place=place)
 
 
@@ -172,10 +182,10 @@ def video_file(video_id: int, request: Request) -> FileResponse:
     """The video's mp4 (with range requests), wherever the storage keeps it."""
     from mas.storage import local_copy
 
-    settings = acting(request)
+    settings = settings_of(request)
     with session_scope(settings) as session:
-        video = session.get(Video, video_id) if is_row_id(video_id) else None
-        if video is None or not sees(request, video.batch.user_name):
+        video = session.scalars(_visible_video(request, video_id)).first() if is_row_id(video_id) else None
+        if video is None:
             raise NotFound(f"there is no video {video_id}")
         location = video.output_path
     path = local_copy(settings, location)
@@ -187,15 +197,17 @@ def video_file(video_id: int, request: Request) -> FileResponse:
 @router.get("/ab/{test_id}", response_model=ABTestOut, responses=ERRORS, tags=["ab"])
 def get_ab_test(test_id: int, request: Request) -> ABTestOut:
     """An A/B test, its variations and whether it is ready for a pick."""
-    with session_scope(acting(request)) as session:
+    with session_scope(settings_of(request)) as session:
         test = (
             session.scalars(
-                sa.select(ABTest).options(selectinload(ABTest.variations)).where(ABTest.id == test_id)
+                sa.select(ABTest)
+                .options(selectinload(ABTest.variations))
+                .where(ABTest.id == test_id, visible(identity_of(request), ABTest.user_name))
             ).first()
             if is_row_id(test_id)
             else None
         )
-        if test is None or not sees(request, test.user_name):
+        if test is None:
             raise NotFound(f"there is no A/B test {test_id}")
         ids = [v.video_id for v in test.variations if v.video_id is not None]
         videos = {v.id: v for v in session.scalars(sa.select(Video).where(Video.id.in_(ids)))}
@@ -212,7 +224,7 @@ def pick_winner(test_id: int, body: Pick, request: Request) -> ABTestOut:
     if body.user is not None and named != owner:
         raise InvalidInput(f"A/B test {test_id} is {owner}'s: a pick on it is theirs")
     try:
-        pick(acting(request, owner), test_id, body.label)
+        pick(settings_of(request), Actor(owner), test_id, body.label)
     except PreferenceError as exc:
         raise Conflict(str(exc)) from None
     return get_ab_test(test_id, request)
@@ -229,10 +241,7 @@ def memory_blocks(
 def _blocks(request: Request, user: str | None) -> dict[str, dict[str, Any]]:
     from mas.memory import blocks
 
-    everything = blocks.read_all(acting(request, user))
-    if identity_of(request).is_admin:
-        return everything
-    return {label: value for label, value in everything.items() if label in blocks.PER_USER}
+    return visible_blocks(identity_of(request), blocks.read_all(settings_of(request), actor_of(request, user)))
 
 
 @router.get("/memory/blocks/{label}", response_model=dict[str, Any], responses=ERRORS, tags=["memory"])

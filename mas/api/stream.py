@@ -39,11 +39,13 @@ from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from mas.accounts.visibility import visible
 from mas.api import sse
-from mas.api.callers import acting, identity_of, sees
+from mas.api.callers import identity_of, settings_of
 from mas.api.problems import MEDIA_TYPE, NotFound
 from mas.config import Settings
 from mas.db import is_row_id, session_scope
+from mas.domain.identity import Identity
 from mas.errors import PeerUnavailable
 from mas.models import Batch
 from mas.outbox import eventlog, progress
@@ -141,8 +143,7 @@ async def follow_events(
 ) -> EventStream:
     """The caller's events as they happen (a member's own batches', an admin's everyone's or `user`'s), as
     server-sent events; resumable with `Last-Event-ID`."""
-    identity = identity_of(request)
-    who = acting(request, user).user if user is not None or not identity.is_admin else None
+    who = identity_of(request).scope(user)  # the one visibility rule: None is everyone's
     return await _open(request, Selection(user=who, owner=who), sse.resume_point(last_event_id, after))
 
 
@@ -155,17 +156,19 @@ async def follow_batch(
 ) -> EventStream:
     """One batch's events as they happen, as server-sent events; resumable with `Last-Event-ID`."""
     resume = sse.resume_point(last_event_id, after)
-    owner = await anyio.to_thread.run_sync(_owner, acting(request), batch_id)
-    if owner is None or not sees(request, owner):
+    owner = await anyio.to_thread.run_sync(_owner, settings_of(request), identity_of(request), batch_id)
+    if owner is None:
         raise NotFound(f"there is no batch {batch_id}")
     return await _open(request, Selection(batch_id=batch_id, owner=owner), resume)
 
 
-def _owner(settings: Settings, batch_id: int) -> str | None:
+def _owner(settings: Settings, identity: Identity, batch_id: int) -> str | None:
+    """Whose the batch is, if `identity` may see it; None when it may not, or there is none."""
     if not is_row_id(batch_id):
         return None
     with session_scope(settings) as session:
-        return session.scalar(sa.select(Batch.user_name).where(Batch.id == batch_id))
+        mine = sa.select(Batch.user_name).where(Batch.id == batch_id, visible(identity, Batch.user_name))
+        return session.scalar(mine)
 
 
 def _newest(settings: Settings) -> int:

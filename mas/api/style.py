@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from mas.api.callers import acting
+from mas.api.callers import actor_of, settings_of
 from mas.api.problems import NotFound
 from mas.api.routes import PROBLEM
 from mas.learning import style_book
@@ -98,12 +98,12 @@ class NewItem(BaseModel):
 @router.get("/style/items", response_model=StyleOut, responses=ERRORS)
 def list_style_items(request: Request, user: Annotated[str | None, WHOSE] = None) -> StyleOut:
     """The user's style items, oldest first, each with where it came from and its history."""
-    settings = acting(request, user)
+    settings, actor = settings_of(request), actor_of(request, user)
     return StyleOut(
-        user=settings.user,
-        items=[StyleItemOut.of(e) for e in style_book.entries(settings)],
+        user=actor.user,
+        items=[StyleItemOut.of(e) for e in style_book.entries(settings, actor)],
         not_understood=[
-            NotUnderstood(feedback=u.feedback, clauses=u.clauses, at=u.at) for u in style_book.unread(settings)
+            NotUnderstood(feedback=u.feedback, clauses=u.clauses, at=u.at) for u in style_book.unread(settings, actor)
         ],
     )
 
@@ -111,7 +111,7 @@ def list_style_items(request: Request, user: Annotated[str | None, WHOSE] = None
 @router.post("/style/items", status_code=201, response_model=StyleItemOut, responses=ERRORS)
 def add_style_item(body: NewItem, request: Request, user: Annotated[str | None, WHOSE] = None) -> StyleItemOut:
     """Store an item as given (as `mas style --like` / `--avoid`); turning an item round is a correction."""
-    changed = style_book.give(acting(request, user), body.words, liked=body.polarity == "liked")
+    changed = style_book.give(settings_of(request), actor_of(request, user), body.words, liked=body.polarity == "liked")
     return StyleItemOut.of(changed.entries[0])
 
 
@@ -119,7 +119,7 @@ def add_style_item(body: NewItem, request: Request, user: Annotated[str | None, 
 def flip_style_item(item_id: int, request: Request, user: Annotated[str | None, WHOSE] = None) -> StyleItemOut:
     """Turn an item round (liked <-> ruled out): a correction, with its history."""
     try:
-        return StyleItemOut.of(style_book.flip(acting(request, user), item_id).entries[0])
+        return StyleItemOut.of(style_book.flip(settings_of(request), actor_of(request, user), item_id).entries[0])
     except style_book.UnknownItem as exc:
         raise NotFound(str(exc)) from None
 
@@ -128,6 +128,6 @@ def flip_style_item(item_id: int, request: Request, user: Annotated[str | None, 
 def remove_style_item(item_id: int, request: Request, user: Annotated[str | None, WHOSE] = None) -> StyleItemOut:
     """Remove an item (as `mas style forget`); answers the item removed."""
     try:
-        return StyleItemOut.of(style_book.forget(acting(request, user), item_id))
+        return StyleItemOut.of(style_book.forget(settings_of(request), actor_of(request, user), item_id))
     except style_book.UnknownItem as exc:
         raise NotFound(str(exc)) from None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from rich.console import Console
 
 from mas import db
 from mas.config import Settings
+from mas.domain.identity import DEFAULT_USER, Actor
 from mas.errors import InvalidInput, InvalidSettings
 from mas.runtime import services
 from mas.text import visible
@@ -34,23 +36,37 @@ LIMIT = click.IntRange(1, 100_000)
 """How many rows a listing shows."""
 
 
-def _as_user(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        try:
-            ctx.obj = ctx.obj.for_user(value)
-        except InvalidInput as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+ACTOR_KEY = "mas.actor"
+
+
+def _actor(ctx: click.Context, param: click.Parameter, value: str) -> Actor:
+    """The user named on the command line, else the one a group above named (`mas style --user NAME show`), else
+    MAS_USER or the default user."""
+    named = ctx.get_parameter_source(param.name or "") == ParameterSource.COMMANDLINE
+    if not named and ACTOR_KEY in ctx.meta:
+        return ctx.meta[ACTOR_KEY]
+    try:
+        actor = Actor(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    if named:
+        ctx.meta[ACTOR_KEY] = actor
+    return actor
 
 
 USER = click.option(
     "--user",
+    "actor",
     metavar="NAME",
-    default=None,
-    expose_value=False,
-    callback=_as_user,
+    envvar="MAS_USER",
+    default=DEFAULT_USER,
+    show_envvar=False,
+    callback=_actor,
     help="Whose taste: their style, A/B picks and preference models (default: MAS_USER, else 'default').",
 )
-"""`--user NAME` on the commands that read or teach a taste: the command's settings are that user's."""
+"""`--user NAME` (else MAS_USER, else the default user) on the commands that act for a user: the command gets
+it as its `actor` (`mas.domain.identity.Actor`), which it hands to every service it calls for that user. The
+settings are the same for everyone; MAS_USER is the CLI's own default, read nowhere else."""
 
 
 def load_settings() -> Settings:

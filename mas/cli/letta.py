@@ -8,6 +8,7 @@ from rich.table import Table
 from mas.agents import letta as backend
 from mas.cli.context import USER, console, ready
 from mas.config import Settings
+from mas.domain.identity import Actor
 
 
 @click.group(name="letta")
@@ -18,11 +19,11 @@ def letta_group() -> None:
 @letta_group.command("provision")
 @USER
 @click.pass_obj
-def letta_provision(settings: Settings) -> None:
+def letta_provision(settings: Settings, actor: Actor) -> None:
     """Create the user's agents and their six blocks on the Letta server, or repair them; safe to repeat.
     A user's crew is also made on their first role call."""
     ready(settings)
-    result = backend.provision(settings)
+    result = backend.provision(settings, actor)
     for line in result.created:
         console.print(f"created {line}")
     for line in result.changed:
@@ -38,10 +39,10 @@ def letta_provision(settings: Settings) -> None:
 @letta_group.command("status")
 @USER
 @click.pass_obj
-def letta_status(settings: Settings) -> None:
+def letta_status(settings: Settings, actor: Actor) -> None:
     """Server health, the user's block ids, and per agent of their crew: in-context messages, sleeptime
     frequency and companions."""
-    state = backend.status(settings)
+    state = backend.status(settings, actor)
     if not state.healthy:
         raise click.ClickException(f"Letta at {state.url} is not reachable or not healthy: {state.error}")
     console.print(

@@ -10,6 +10,7 @@ from rich.table import Table
 from mas.cli.context import LIMIT, USER, console, ready
 from mas.cli.output import print_block
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
 
@@ -23,10 +24,10 @@ def memory() -> None:
 @click.argument("label", required=False)
 @USER
 @click.pass_obj
-def memory_show(settings: Settings, label: str | None) -> None:
+def memory_show(settings: Settings, actor: Actor, label: str | None) -> None:
     """Show one core block, or all six."""
     ready(settings)
-    shown = {label: blocks.read(settings, label)} if label else blocks.read_all(settings)
+    shown = {label: blocks.read(settings, actor, label)} if label else blocks.read_all(settings, actor)
     for name, value in shown.items():
         print_block(name, value)
 
@@ -37,10 +38,10 @@ def memory_show(settings: Settings, label: str | None) -> None:
 @click.argument("value")
 @USER
 @click.pass_obj
-def memory_set(settings: Settings, label: str, field: str, value: str) -> None:
+def memory_set(settings: Settings, actor: Actor, label: str, field: str, value: str) -> None:
     """Set FIELD of block LABEL; VALUE is JSON (3, "text", ["a","b"], null) or plain text."""
     ready(settings)
-    print_block(label, blocks.set_field(settings, label, field, value, actor="cli"))
+    print_block(label, blocks.set_field(settings, actor, label, field, value, by="cli"))
 
 
 @memory.command("history")
@@ -48,10 +49,10 @@ def memory_set(settings: Settings, label: str, field: str, value: str) -> None:
 @click.option("--limit", type=LIMIT, default=30, show_default=True)
 @USER
 @click.pass_obj
-def memory_history(settings: Settings, label: str, limit: int) -> None:
+def memory_history(settings: Settings, actor: Actor, label: str, limit: int) -> None:
     """Show who changed which field of a block, when, from what to what."""
     ready(settings)
-    changes = blocks.history(settings, label, limit=limit)
+    changes = blocks.history(settings, actor, label, limit=limit)
     table = Table("version", "when", "who", "field", "old", "new", title=f"{label} history")
     for c in changes:
         table.add_row(

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from mas.cli.context import ID, USER, console, ready
 from mas.config import Settings
+from mas.domain.identity import Actor
 
 
 @click.command()
@@ -39,13 +40,13 @@ def grade(settings: Settings, video: int) -> None:
 @click.option("--dry-run", is_flag=True, help="Say what would be trained, train nothing.")
 @USER
 @click.pass_obj
-def tune(settings: Settings, dry_run: bool) -> None:
+def tune(settings: Settings, actor: Actor, dry_run: bool) -> None:
     """Run the Tuner now for one user (`--user`): their pairwise taste, and a DPO adapter when a base model
     is configured; each is promoted only if picks it never saw do not say it is worse, and it says why."""
     from mas.runtime import remote
 
     ready(settings)
-    report = remote.tune(settings, dry_run=dry_run)
+    report = remote.tune(settings, actor, dry_run=dry_run)
     console.print(
         f"{report['user']}: {report['pairs']} preference pairs ({report['needed_pairs']} needed); DPO trains on "
         f"{report['train_pairs']} and holds out {report['heldout_pairs']}"

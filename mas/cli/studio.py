@@ -8,9 +8,10 @@ import sys
 import click
 from rich.table import Column, Table
 
-from mas.cli.context import console, load_settings, ready
+from mas.cli.context import USER, console, load_settings, ready
 from mas.cli.output import print_whole
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.gpu_rules import vram_plan
 from mas.runtime import foreground, processes, services
 
@@ -159,16 +160,18 @@ def flower(settings: Settings, address: str, port: int) -> None:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", type=PORT, default=8000, show_default=True)
+@USER
 @click.pass_obj
-def serve(settings: Settings, host: str, port: int) -> None:
+def serve(settings: Settings, actor: Actor, host: str, port: int) -> None:
     """Open the web gallery: watch videos, compare A/B variations, pick winners.
 
-    Beyond loopback it requires MAS_GALLERY_USER and MAS_GALLERY_PASSWORD.
+    Beyond loopback it requires MAS_GALLERY_USER and MAS_GALLERY_PASSWORD. The operator's token (MAS_API_TOKEN),
+    and anyone on an open studio, act as `--user` (an admin).
     """
     from mas.gallery import serve as serve_gallery
 
     ready(settings)
-    serve_gallery(settings, host=host, port=port)
+    serve_gallery(settings, host=host, port=port, operator=actor)
 
 
 COMMANDS = [run, up, down, services_command, worker, beat, flower, serve]

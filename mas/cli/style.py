@@ -13,7 +13,7 @@ import click
 from mas.cli.context import USER, ready
 from mas.cli.output import print_whole
 from mas.config import Settings
-from mas.models import DEFAULT_USER
+from mas.domain.identity import DEFAULT_USER, Actor
 
 EXAMPLE = "handheld camera"
 """The item the hints show."""
@@ -28,9 +28,9 @@ class StyleGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
-def _say(settings: Settings) -> str:
+def _say(actor: Actor) -> str:
     """The command as this user types it."""
-    return "mas style" if settings.user == DEFAULT_USER else f"mas style --user {settings.user}"
+    return "mas style" if actor.user == DEFAULT_USER else f"mas style --user {actor.user}"
 
 
 @click.group(cls=StyleGroup, invoke_without_command=True, subcommand_metavar="[FEEDBACK | COMMAND ...]")
@@ -38,7 +38,7 @@ def _say(settings: Settings) -> str:
 @click.option("--avoid", "avoids", multiple=True, metavar="ITEM", help="Store ITEM as ruled out, exactly as given.")
 @USER
 @click.pass_context
-def style(ctx: click.Context, likes: tuple[str, ...], avoids: tuple[str, ...]) -> None:
+def style(ctx: click.Context, actor: Actor, likes: tuple[str, ...], avoids: tuple[str, ...]) -> None:
     """Teach the studio your taste in words, e.g. "I prefer dark moody aesthetics with purple and blue tones",
     or item by item as you give it: --like "film grain", --avoid "handheld camera"."""
     settings: Settings = ctx.obj
@@ -48,28 +48,28 @@ def style(ctx: click.Context, likes: tuple[str, ...], avoids: tuple[str, ...]) -
         return
     ready(settings)
     if not likes and not avoids:
-        _show(settings)
+        _show(settings, actor)
         return
     from mas.learning import style_book
 
     for words, liked in [*((w, True) for w in likes), *((w, False) for w in avoids)]:
-        changed = style_book.give(settings, words, liked=liked)
+        changed = style_book.give(settings, actor, words, liked=liked)
         for entry in changed.entries:
             was = f" (it was {_polarity(entry.history[-1]['polarity'])})" if changed.turned else ""
             print_whole(f"Stored as you gave it: {entry.sentence()}{was}.")
-    print_whole(f"`{_say(settings)} show` lists every item and where it came from.")
+    print_whole(f"`{_say(actor)} show` lists every item and where it came from.")
 
 
 @style.command("read", hidden=True)
 @click.argument("feedback")
 @USER
 @click.pass_obj
-def read(settings: Settings, feedback: str) -> None:
+def read(settings: Settings, actor: Actor, feedback: str) -> None:
     """Read FEEDBACK into liked and ruled-out items."""
     from mas.learning import preferences
 
     ready(settings)
-    lesson = preferences.read_feedback(settings, feedback)
+    lesson = preferences.read_feedback(settings, actor, feedback)
     reader = "the model" if lesson.reader == "model" else "the studio's rules"
     print_whole(f"Read by {reader}." + (f" ({lesson.note})" if lesson.note else ""))
     if lesson.stored:
@@ -86,55 +86,55 @@ def read(settings: Settings, feedback: str) -> None:
             print_whole(f'  "{clause}"')
         print_whole(
             f"Nothing of it is stored or applied. Say it plainly, one item at a time: "
-            f'{_say(settings)} --like "ITEM" or {_say(settings)} --avoid "ITEM" (e.g. {_say(settings)} --avoid '
+            f'{_say(actor)} --like "ITEM" or {_say(actor)} --avoid "ITEM" (e.g. {_say(actor)} --avoid '
             f'"{EXAMPLE}").'
         )
-    print_whole(f"`{_say(settings)} show` lists every item and where it came from.")
+    print_whole(f"`{_say(actor)} show` lists every item and where it came from.")
 
 
 @style.command("show")
 @USER
 @click.pass_obj
-def show(settings: Settings) -> None:
+def show(settings: Settings, actor: Actor) -> None:
     """List your style's items with where each came from, and the feedback not understood."""
     ready(settings)
-    _show(settings)
+    _show(settings, actor)
 
 
-def _show(settings: Settings) -> None:
+def _show(settings: Settings, actor: Actor) -> None:
     from mas.learning import style_book
 
-    entries = style_book.entries(settings)
+    entries = style_book.entries(settings, actor)
     if not entries:
-        print_whole(f'{settings.user} has no style items yet: {_say(settings)} "I like dark purple tones".')
+        print_whole(f'{actor.user} has no style items yet: {_say(actor)} "I like dark purple tones".')
     else:
-        print_whole(f"{settings.user}'s style, oldest first ({len(entries)} items):")
+        print_whole(f"{actor.user}'s style, oldest first ({len(entries)} items):")
     for e in entries:
         print_whole(f"  #{e.id} {e.sentence()}: {_origin(e.source, e.feedback)}, {e.at:%Y-%m-%d %H:%M}")
         for before in reversed(e.history):
             said = _origin(before["source"], before["feedback"])
             print_whole(f"      before {before['until'][:16].replace('T', ' ')}: {before['words']}, "
                         f"{_polarity(before['polarity'])}, {said}")  # fmt: skip
-    unread = style_book.unread(settings)
+    unread = style_book.unread(settings, actor)
     if unread:
-        print_whole(f'Not understood (say it plainly: {_say(settings)} --like "ITEM" or --avoid "ITEM"):')
+        print_whole(f'Not understood (say it plainly: {_say(actor)} --like "ITEM" or --avoid "ITEM"):')
         for u in unread:
             print_whole(f"  {', '.join(repr(c) for c in u.clauses)} in {u.feedback!r}, {u.at:%Y-%m-%d %H:%M}")
     if entries:
-        print_whole(f"`{_say(settings)} forget ITEM` removes one (its #id or its words).")
+        print_whole(f"`{_say(actor)} forget ITEM` removes one (its #id or its words).")
 
 
 @style.command("forget")
 @click.argument("item")
 @USER
 @click.pass_obj
-def forget(settings: Settings, item: str) -> None:
+def forget(settings: Settings, actor: Actor, item: str) -> None:
     """Remove ITEM from your style: its #id (as `mas style show` numbers it) or its words."""
     from mas.learning import style_book
 
     ready(settings)
     which: int | str = int(item.lstrip("#")) if item.lstrip("#").isdigit() else item
-    gone = style_book.forget(settings, which)
+    gone = style_book.forget(settings, actor, which)
     print_whole(f"Removed #{gone.id}: the style no longer {gone.sentence().replace(':', '', 1)}.")
 
 

@@ -12,6 +12,7 @@ from mas.cli.context import ID, USER, console, ready
 from mas.cli.output import print_block, print_whole
 from mas.cli.watching import follow_batch
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.domain.requests import MAX_VARIATIONS, ProductionRequest, parse_request
 from mas.errors import InvalidInput
 from mas.names import PRIORITIES
@@ -42,18 +43,24 @@ NOTIFY = click.option(
 @USER
 @click.pass_obj
 def enqueue(
-    settings: Settings, request: str, wait: bool, at: str | None, priority: str | None, notify_url: str | None
+    settings: Settings,
+    actor: Actor,
+    request: str,
+    wait: bool,
+    at: str | None,
+    priority: str | None,
+    notify_url: str | None,
 ) -> None:
     """Queue a production request, e.g. "Create 10 videos of mythical creatures"."""
     from mas.pipeline import production
 
     parsed = parse_request(request, settings)
     if at is None:
-        _submit(settings, parsed, wait=wait, priority=priority, notify_url=notify_url)
+        _submit(settings, actor, parsed, wait=wait, priority=priority, notify_url=notify_url)
         return
     run_at = _next_time(at)
     ready(settings)
-    schedule_id = production.schedule(settings, parsed, run_at=run_at, priority=priority, notify_url=notify_url)
+    schedule_id = production.schedule(settings, actor, parsed, run_at=run_at, priority=priority, notify_url=notify_url)
     console.print(
         f"schedule {schedule_id}: {request!r} starts at {run_at.astimezone():%Y-%m-%d %H:%M %Z} (needs beat: `mas run`)"
     )
@@ -73,13 +80,19 @@ def _next_time(text: str) -> datetime:
 
 
 def _submit(
-    settings: Settings, request: ProductionRequest, *, wait: bool, priority: str | None, notify_url: str | None
+    settings: Settings,
+    actor: Actor,
+    request: ProductionRequest,
+    *,
+    wait: bool,
+    priority: str | None,
+    notify_url: str | None,
 ) -> None:
     """Queue `request` (read before anything starts, so a bad one changes nothing); follow it if asked."""
     from mas.pipeline import production
 
     ready(settings)
-    batch_id = production.submit(settings, request, priority=priority, notify_url=notify_url)
+    batch_id = production.submit(settings, actor, request, priority=priority, notify_url=notify_url)
     shown = production.priority_for(settings, request, priority)
     console.print(f"batch {batch_id}: {request.count} x {request.kind} of {request.theme!r} queued ({shown} priority)")
     if wait:
@@ -95,11 +108,11 @@ def _submit(
 @USER
 @click.pass_obj
 def series(
-    settings: Settings, name: str, episodes: int, wait: bool, priority: str | None, notify_url: str | None
+    settings: Settings, actor: Actor, name: str, episodes: int, wait: bool, priority: str | None, notify_url: str | None
 ) -> None:
     """Make (or continue) a series: episodes keep its style and consistency rules across sessions."""
     request = ProductionRequest.series(name, episodes=episodes, settings=settings)
-    _submit(settings, request, wait=wait, priority=priority, notify_url=notify_url)
+    _submit(settings, actor, request, wait=wait, priority=priority, notify_url=notify_url)
 
 
 @click.command()
@@ -111,11 +124,17 @@ def series(
 @USER
 @click.pass_obj
 def ab(
-    settings: Settings, concept: str, variations: int, wait: bool, priority: str | None, notify_url: str | None
+    settings: Settings,
+    actor: Actor,
+    concept: str,
+    variations: int,
+    wait: bool,
+    priority: str | None,
+    notify_url: str | None,
 ) -> None:
     """Render variations of one concept; then choose the winner with `mas pick TEST LABEL`."""
     request = ProductionRequest.ab(concept, variations=variations, settings=settings)
-    _submit(settings, request, wait=wait, priority=priority, notify_url=notify_url)
+    _submit(settings, actor, request, wait=wait, priority=priority, notify_url=notify_url)
 
 
 @click.command()
@@ -123,14 +142,14 @@ def ab(
 @click.argument("label")
 @USER
 @click.pass_obj
-def pick(settings: Settings, test: int, label: str) -> None:
+def pick(settings: Settings, actor: Actor, test: int, label: str) -> None:
     """Choose the winning variation of A/B test TEST (label A, B, ...)."""
     from mas.learning import preferences
     from mas.reports import queries
 
     ready(settings)
-    value = preferences.pick(settings, test, label)
-    console.print(f"test {test}: {label.upper()} recorded as the winner for {settings.user}")
+    value = preferences.pick(settings, actor, test, label)
+    console.print(f"test {test}: {label.upper()} recorded as the winner for {actor.user}")
     console.print(queries.expectation(settings, test))
     print_block("ab_testing", value)
 

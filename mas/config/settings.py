@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
 from collections.abc import Mapping
 from functools import cached_property
@@ -15,12 +14,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mas import urls
 from mas.config.agents import ABSettings, AgentSettings, LettaSettings, LLMSettings, MemorySettings
-from mas.config.base import CONFIG, USER_PATTERN, Group
+from mas.config.base import CONFIG, Group
 from mas.config.rendering import ComfyUISettings, DiffusersSettings, GpuSettings, QualitySettings, VideoSettings
 from mas.config.scheduling import QuotaSettings, ReliabilitySettings, SchedulingSettings
 from mas.config.servers import BrokerSettings, DatabaseSettings, StorageSettings
 from mas.config.serving import ServiceSettings, WebhookSettings
-from mas.errors import InvalidInput
 from mas.redaction import redact_url
 
 GROUPS: dict[str, type[Group]] = {
@@ -55,11 +53,11 @@ VARIABLES: dict[str, tuple[str, str]] = {
 
 
 def _grouped(values: dict[str, Any]) -> dict[str, Any]:
-    """Values named by their variables, sorted into their groups; the top-level ones (data_dir, user) as they are.
+    """Values named by their variables, sorted into their groups; the top-level one (data_dir) as it is.
     A name that is no setting is refused, never ignored."""
     grouped: dict[str, Any] = {}
     for key, value in values.items():
-        if key in ("data_dir", "user") or (key in GROUPS and isinstance(value, Group)):
+        if key == "data_dir" or (key in GROUPS and isinstance(value, Group)):
             grouped[key] = value
         elif key.lower().removeprefix("mas_") in VARIABLES:
             group, name = VARIABLES[key.lower().removeprefix("mas_")]
@@ -71,7 +69,7 @@ def _grouped(values: dict[str, Any]) -> dict[str, Any]:
 
 
 class Settings(BaseSettings):
-    """Configuration of a `mas` installation: where it keeps its data, whose taste it serves, and one group per
+    """Configuration of a `mas` installation: where it keeps its data and one group per
     concern (`settings.llm.url` is MAS_LLM_URL; each field's description says what it does)."""
 
     model_config = SettingsConfigDict(**{**CONFIG, "env_prefix": "MAS_"})
@@ -80,13 +78,6 @@ class Settings(BaseSettings):
         validation_alias="MAS_DATA_DIR",
         default=Path.home() / ".mas",
         description="Folder for the embedded services' data, videos and adapters.",
-    )
-    user: str = Field(
-        validation_alias="MAS_USER",
-        default="default",
-        pattern=USER_PATTERN,
-        description="Whose taste the commands read and teach (`--user`): each user has their own style, A/B "
-        "picks and preference models; the other blocks are the studio's, shared.",
     )
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
@@ -162,12 +153,6 @@ class Settings(BaseSettings):
         return self.changed(**dict(update)) if update else super().model_copy(deep=deep)
 
     # --- derived ---------------------------------------------------------------------------------
-    def for_user(self, user: str) -> Settings:
-        """These settings for `user` (a command's `--user`, the user a batch was made for)."""
-        if not re.fullmatch(USER_PATTERN, user):
-            raise InvalidInput(f"user name {user!r}: use letters, digits, '_', '.' or '-', at most 40 characters")
-        return self if user == self.user else super().model_copy(update={"user": user})
-
     @property
     def gpu_task_held_seconds(self) -> int:
         """The longest a gpu worker may hold a task unacknowledged: behind its lookahead, then its own render."""
@@ -219,7 +204,7 @@ class Settings(BaseSettings):
 
     def values(self) -> dict[str, Any]:
         """Every setting by its MAS_ variable."""
-        found: dict[str, Any] = {"MAS_DATA_DIR": self.data_dir, "MAS_USER": self.user}
+        found: dict[str, Any] = {"MAS_DATA_DIR": self.data_dir}
         for name in GROUPS:
             group = getattr(self, name)
             found |= group.by_variable()

@@ -27,18 +27,20 @@ from starlette.routing import Mount, Route
 from starlette.templating import Jinja2Templates
 
 from mas.accounts import users
+from mas.accounts.gate import GalleryError, Gate, configured_login
+from mas.accounts.visibility import visible, visible_blocks
 from mas.api import create_api
-from mas.api.callers import acting, identity_of, sees
+from mas.api.callers import actor_of, identity_of, settings_of
 from mas.api.health import Readiness, healthz, readyz
 from mas.api.problems import problem
 from mas.config import Settings, is_loopback
 from mas.db import DatabaseUnavailable, is_row_id, session_scope
+from mas.domain.identity import STUDIO, Actor
 from mas.domain.states import TERMINAL
 from mas.errors import InvalidInput
 from mas.gallery import convertors  # noqa: F401  (registers the {name:id} URL convertor)
 from mas.gallery.control import batch_action, pick_winner, style_action
 from mas.gallery.frames import strip_jpeg
-from mas.gallery.gate import GalleryError, Gate, configured_login
 from mas.gallery.headers import SecurityHeaders, page_policy
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
@@ -69,7 +71,9 @@ SHUTDOWN_GRACE_S = 5
 end by themselves (their clients reconnect and resume by Last-Event-ID)."""
 
 
-def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> uvicorn.Server:
+def server(
+    settings: Settings, *, host: str = "127.0.0.1", port: int = 8000, operator: Actor = STUDIO
+) -> uvicorn.Server:
     """The gallery's HTTP server, checked before it binds anything.
 
     Beyond loopback anyone on the network could pick winners and read memory, so it requires
@@ -83,27 +87,30 @@ def server(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> 
             f"refusing to serve the gallery on {host} without credentials: add users (`mas users add`), or set "
             "MAS_GALLERY_USER and MAS_GALLERY_PASSWORD (or MAS_API_TOKEN), or serve on 127.0.0.1"
         )
-    app = create_app(settings, allowed_hosts=LOOPBACK_HOSTS | {host} if loopback else None)
+    app = create_app(settings, allowed_hosts=LOOPBACK_HOSTS | {host} if loopback else None, operator=operator)
     config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
     return uvicorn.Server(config)
 
 
-def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000, operator: Actor = STUDIO) -> None:
     """Run the gallery until interrupted (what `mas serve` does)."""
-    server(settings, host=host, port=port).run()
+    server(settings, host=host, port=port, operator=operator).run()
 
 
 MAX_PATH_CHARS = 1024
 """The longest file path the gallery looks up (a longer one cannot name a video the studio wrote)."""
 
 
-def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = None) -> Starlette:
+def create_app(
+    settings: Settings, *, allowed_hosts: frozenset[str] | None = None, operator: Actor = STUDIO
+) -> Starlette:
     """The gallery as an ASGI app behind its gate: whoever the credential proves is whose work the pages show
-    (everyone's for an admin), whose taste they show and whose picks they record."""
+    (everyone's for an admin), whose taste they show and whose picks they record. `operator` is who the
+    operator's token (and an open studio) acts as."""
     login = configured_login(settings)
     if login is not None:
         try:
-            settings.for_user(login[0])
+            Actor(login[0])
         except InvalidInput as exc:
             raise GalleryError(f"MAS_GALLERY_USER is also the studio user: {exc}") from None
     app = Starlette(
@@ -125,7 +132,7 @@ def create_app(settings: Settings, *, allowed_hosts: frozenset[str] | None = Non
         ],
         middleware=[
             Middleware(SecurityHeaders, policy=page_policy(templates.get_template("base.html").render())),
-            Middleware(Gate, settings=settings, hosts=allowed_hosts),
+            Middleware(Gate, settings=settings, hosts=allowed_hosts, operator=operator),
         ],
         exception_handlers={
             HTTPException: _error,
@@ -169,20 +176,19 @@ class Progress:
         return round(100 * self.done / max(self.batch.total, 1))
 
 
-def _settings(request: Request) -> Settings:
-    """The settings of the caller the gate proved (whose taste the pages show)."""
-    return acting(request)
-
-
 def _get(request: Request, session: Session, model: type[Owned], key: int) -> Owned | None:
-    """The row, or None when there is none or it is another user's (a member sees only their own)."""
-    row = session.get(model, key) if is_row_id(key) else None
-    return row if row is not None and sees(request, row.user_name) else None
+    """The row, or None when there is none or the caller may not see it (`visible`)."""
+    if not is_row_id(key):
+        return None
+    return session.scalars(
+        sa.select(model).where(model.id == key, visible(identity_of(request), model.user_name))
+    ).first()
 
 
-def _mine(request: Request, stmt: sa.Select, model: type[Batch | Series | ABTest]) -> sa.Select:
-    identity = identity_of(request)
-    return stmt if identity.is_admin else stmt.where(model.user_name == identity.name)
+def _listed(request: Request, model: type[Owned]) -> sa.Select[Owned]:
+    """The newest rows of `model` the caller may see (`visible`)."""
+    stmt = sa.select(model).where(visible(identity_of(request), model.user_name))
+    return stmt.order_by(model.id.desc()).limit(LIST_LIMIT)
 
 
 def _served_file(settings: Settings, video: Video) -> tuple[str | None, str]:
@@ -216,19 +222,13 @@ def _videos(session: Session, ids: Iterable[int]) -> dict[int, Video]:
 
 
 def index(request: Request) -> Response:
-    with session_scope(_settings(request)) as session:
+    with session_scope(settings_of(request)) as session:
         after = eventlog.newest(session)  # read first: an event after it may be shown already, none is missed
-        batches = list(
-            session.scalars(_mine(request, sa.select(Batch), Batch).order_by(Batch.id.desc()).limit(LIST_LIMIT))
-        )
-        series = list(
-            session.scalars(_mine(request, sa.select(Series), Series).order_by(Series.id.desc()).limit(LIST_LIMIT))
-        )
-        tests = list(
-            session.scalars(_mine(request, sa.select(ABTest), ABTest).order_by(ABTest.id.desc()).limit(LIST_LIMIT))
-        )
+        batches = list(session.scalars(_listed(request, Batch)))
+        series = list(session.scalars(_listed(request, Series)))
+        tests = list(session.scalars(_listed(request, ABTest)))
         progress = _progress(session, batches)
-    memory = blocks.read_all(_settings(request))
+    memory = blocks.read_all(settings_of(request), actor_of(request))
     return templates.TemplateResponse(
         request,
         "index.html",
@@ -244,7 +244,7 @@ def index(request: Request) -> Response:
 
 
 def batch_page(request: Request) -> Response:
-    settings, batch_id = _settings(request), request.path_params["batch_id"]
+    settings, batch_id = settings_of(request), request.path_params["batch_id"]
     with session_scope(settings) as session:
         after = eventlog.newest(session)
         batch = _get(request, session, Batch, batch_id)
@@ -274,7 +274,7 @@ def batch_page(request: Request) -> Response:
 
 def series_page(request: Request) -> Response:
     series_id = request.path_params["series_id"]
-    with session_scope(_settings(request)) as session:
+    with session_scope(settings_of(request)) as session:
         series = _get(request, session, Series, series_id)
         if series is None:
             raise HTTPException(404, f"there is no series {series_id}")
@@ -284,7 +284,7 @@ def series_page(request: Request) -> Response:
 
 
 def ab_page(request: Request) -> Response:
-    settings, test_id = _settings(request), request.path_params["test_id"]
+    settings, test_id = settings_of(request), request.path_params["test_id"]
     with session_scope(settings) as session:
         test = _get(request, session, ABTest, test_id)
         if test is None:
@@ -319,14 +319,12 @@ def ab_page(request: Request) -> Response:
 def memory_page(request: Request) -> Response:
     from mas.learning import style_book
 
-    settings = _settings(request)
+    settings, actor = settings_of(request), actor_of(request)
     items, unread = (
-        style_book.entries(settings),
-        style_book.unread(settings),
+        style_book.entries(settings, actor),
+        style_book.unread(settings, actor),
     )  # the items first: they may follow the block
-    memory = blocks.read_all(settings)
-    if not identity_of(request).is_admin:  # a member's own taste only: the studio's blocks speak of everyone's work
-        memory = {label: value for label, value in memory.items() if label in blocks.PER_USER}
+    memory = visible_blocks(identity_of(request), blocks.read_all(settings, actor))
     return templates.TemplateResponse(
         request,
         "memory.html",
@@ -350,10 +348,12 @@ def studio_metrics(request: Request) -> Response:
 
 
 def frames(request: Request) -> Response:
-    settings, video_id = _settings(request), request.path_params["video_id"]
+    settings, video_id = settings_of(request), request.path_params["video_id"]
     with session_scope(settings) as session:
-        video = session.get(Video, video_id) if is_row_id(video_id) else None
-        if video is None or not sees(request, video.batch.user_name):
+        mine = visible(identity_of(request), Batch.user_name)
+        seen = sa.select(Video).join(Batch, Batch.id == Video.batch_id).where(Video.id == video_id, mine)
+        video = session.scalars(seen).first() if is_row_id(video_id) else None
+        if video is None:
             raise HTTPException(404, f"there is no video {video_id}")
         key, note = _served_file(settings, video)
     path = None if key is None else storage(settings).local_file(key)
@@ -368,7 +368,7 @@ def frames(request: Request) -> Response:
 def video_file(request: Request) -> Response:
     """A stored video (a copy from the bucket, where videos are in one), with range requests (seeking);
     nothing outside the storage, links included."""
-    settings, raw = _settings(request), request.path_params["path"]
+    settings, raw = settings_of(request), request.path_params["path"]
     if len(raw) > MAX_PATH_CHARS or any(len(part) > 255 for part in raw.split("/")):
         raise HTTPException(404, "no such file in the output folder (the path is too long)")
     if not raw.isprintable():  # NUL, a control character: no file the studio writes, and never asked of SQL
@@ -382,13 +382,13 @@ def video_file(request: Request) -> Response:
 def _may_read(request: Request, settings: Settings, key: str) -> bool:
     """An admin reads any stored video; a member only the files of their own videos."""
     identity = identity_of(request)
-    if identity.is_admin:
-        return True
+    if identity.scope() is None:
+        return True  # everyone's: any stored video
     with session_scope(settings) as session:
         paths = session.scalars(
             sa.select(Video.output_path)
             .join(Batch, Batch.id == Video.batch_id)
-            .where(Batch.user_name == identity.name, Video.output_path.endswith(key, autoescape=True))
+            .where(visible(identity, Batch.user_name), Video.output_path.endswith(key, autoescape=True))
         ).all()
     return any(path and storage(settings).key_of(path) == key for path in paths)
 

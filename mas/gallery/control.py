@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import sqlalchemy as sa
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from mas.api.callers import acting, sees
+from mas.accounts.visibility import visible
+from mas.api.callers import actor_of, identity_of, settings_of
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.models import ABTest, Batch
 
 
@@ -33,10 +36,10 @@ def batch_action(request: Request) -> Response:
     if action not in actions:
         raise HTTPException(404, f"no such action {action!r}: cancel, pause or continue")
     refuse_cross_site(request, f"a {action} request")
-    settings = acting(request)
+    settings = settings_of(request)
     with session_scope(settings) as session:
-        batch = session.get(Batch, batch_id)
-        if batch is None or not sees(request, batch.user_name):
+        mine = sa.select(Batch.id).where(Batch.id == batch_id, visible(identity_of(request), Batch.user_name))
+        if session.scalar(mine) is None:
             raise HTTPException(404, f"there is no batch {batch_id}; nothing changed")
     try:
         actions[action](settings, batch_id)
@@ -52,13 +55,14 @@ def pick_winner(request: Request) -> Response:
 
     test_id = request.path_params["test_id"]
     refuse_cross_site(request, "a pick")
-    with session_scope(acting(request)) as session:
-        test = session.get(ABTest, test_id)
-        if test is None or not sees(request, test.user_name):
+    settings = settings_of(request)
+    with session_scope(settings) as session:
+        mine = sa.select(ABTest.user_name).where(ABTest.id == test_id, visible(identity_of(request), ABTest.user_name))
+        owner = session.scalar(mine)
+        if owner is None:
             raise HTTPException(404, f"there is no A/B test {test_id}; nothing changed")
-        owner = test.user_name
     try:
-        pick(acting(request).for_user(owner), test_id, request.path_params["label"])
+        pick(settings, Actor(owner), test_id, request.path_params["label"])
     except PreferenceError as exc:
         raise HTTPException(409, str(exc)) from None
     return RedirectResponse(f"/ab/{test_id}", status_code=303)
@@ -75,7 +79,7 @@ def style_action(request: Request) -> Response:
         raise HTTPException(404, f"no such action {action!r} on a style item: flip or forget")
     refuse_cross_site(request, f"a style {action}")
     try:
-        actions[action](acting(request), item_id)
+        actions[action](settings_of(request), actor_of(request), item_id)
     except style_book.UnknownItem as exc:
         raise HTTPException(404, str(exc)) from None
     return RedirectResponse("/memory#style-items", status_code=303)

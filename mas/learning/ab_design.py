@@ -40,6 +40,7 @@ import numpy as np
 
 from mas.agents.roles import Plan
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.domain.requests import MAX_VARIATIONS, ProductionRequest
 from mas.learning.promotion import load_picks, served
 from mas.learning.taste import Option, PairwiseTaste, Pick, features, softmax
@@ -107,8 +108,8 @@ def proposals_request(request: ProductionRequest, *, settings: Settings) -> Prod
     return replace(request, count=min(request.count * settings.ab.proposals, MAX_VARIATIONS))
 
 
-def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
-    """The `count` proposed variations `settings.user` is shown, in the Director's order, labelled A, B, ...:
+def offer(plan: Plan, *, count: int, settings: Settings, actor: Actor) -> Plan:
+    """The `count` proposed variations `actor.user` is shown, in the Director's order, labelled A, B, ...:
     `settings.ab.explore` of them at random, the others chosen by the design.
 
     Proposals repeating the concept and approach of an earlier one are dropped first; with fewer than `count`
@@ -123,16 +124,14 @@ def offer(plan: Plan, *, count: int, settings: Settings) -> Plan:
     if len(distinct) < count:
         shown = list(plan.videos[:count])
     else:
-        options, picks = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct], load_picks(settings)
+        options, picks = [Option(prompt=f"{v.concept}, {v.approach}") for v in distinct], load_picks(settings, actor)
         by_design = min(count, max(2, count - settings.ab.explore))  # a pick teaches only against another
         designed = most_informative(
-            options, count=by_design, picks=picks, taste=served(settings).taste, settings=settings
+            options, count=by_design, picks=picks, taste=served(settings, actor).taste, settings=settings
         )
         chosen = explored(
-            len(options), designed=designed, count=count - len(designed), seed=f"{settings.user} {len(picks)}"
+            len(options), designed=designed, count=count - len(designed), seed=f"{actor.user} {len(picks)}"
         )
         shown = [distinct[i] for i in chosen]
-        log.info(
-            "A/B test for %s: %d proposals, showing %s", settings.user, len(plan.videos), [v.approach for v in shown]
-        )
+        log.info("A/B test for %s: %d proposals, showing %s", actor.user, len(plan.videos), [v.approach for v in shown])
     return replace(plan, videos=[replace(v, label=chr(ord("A") + i)) for i, v in enumerate(shown)])

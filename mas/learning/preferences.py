@@ -1,4 +1,4 @@
-"""What the user teaches the studio directly: style feedback and A/B choices, each kept for `settings.user`."""
+"""What the user teaches the studio directly: style feedback and A/B choices, each kept for the user it is for (the `Actor` every call names)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from mas import agents
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.errors import InvalidInput
 from mas.learning import style_book
 from mas.learning.promotion import expect
@@ -36,13 +37,13 @@ class Lesson:
     block: dict
 
 
-def read_feedback(settings: Settings, feedback: str) -> Lesson:
+def read_feedback(settings: Settings, actor: Actor, feedback: str) -> Lesson:
     """Director: read style feedback into the user's items (`mas.learning.style_book`), each liked or ruled
     out, the clauses it did not understand kept with the feedback and never stored as items."""
     check_storable(feedback, "the style feedback")
     if not feedback.strip():
         raise PreferenceError('the feedback is empty: say what you like, e.g. "dark moody purple tones"')
-    reading = agents.backend(settings).director.read_style(feedback)
+    reading = agents.backend(settings, actor).director.read_style(feedback)
     unread = list(reading.not_understood)
     if not reading.items and not unread and reading.source == "model":
         unread = [feedback]  # the model read nothing in it: the whole feedback is not understood
@@ -52,7 +53,9 @@ def read_feedback(settings: Settings, feedback: str) -> Lesson:
             'changed. Try e.g. "I prefer dark moody aesthetics with purple and blue tones" or "no red", or '
             'give an item as it is: mas style --avoid "handheld camera"'
         )
-    changed = style_book.learn(settings, reading.items, feedback=feedback, source=reading.source, not_understood=unread)
+    changed = style_book.learn(
+        settings, actor, reading.items, feedback=feedback, source=reading.source, not_understood=unread
+    )
     return Lesson(
         feedback=feedback,
         reader=reading.source,
@@ -64,12 +67,12 @@ def read_feedback(settings: Settings, feedback: str) -> Lesson:
     )
 
 
-def learn_style(settings: Settings, feedback: str) -> dict:
+def learn_style(settings: Settings, actor: Actor, feedback: str) -> dict:
     """`read_feedback`, answering the `user_style` block it leaves."""
-    return read_feedback(settings, feedback).block
+    return read_feedback(settings, actor, feedback).block
 
 
-def pick(settings: Settings, test_id: int, label: str) -> dict:
+def pick(settings: Settings, actor: Actor, test_id: int, label: str) -> dict:
     """Record the user's winner of an A/B test: USER_SELECTIONS, WINNING_PATTERNS, a pick row (the pairs the
     taste and DPO learn from, with each video's scores), and, first, which variation the user's taste
     expected, so the gallery can say whether the studio was right."""
@@ -80,9 +83,9 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
             raise PreferenceError(f"there is no A/B test {test_id}; nothing changed")
         if test.status != "open":
             raise PreferenceError(f"A/B test {test_id} is closed (winner {test.winner_label}); nothing changed")
-        if test.user_name != settings.user:
+        if test.user_name != actor.user:
             raise PreferenceError(
-                f"A/B test {test_id} was made for {test.user_name}, not {settings.user}: pick it with "
+                f"A/B test {test_id} was made for {test.user_name}, not {actor.user}: pick it with "
                 f"--user {test.user_name}; nothing changed"
             )
         variations = {v.label: v for v in session.scalars(sa.select(ABVariation).where(ABVariation.test_id == test_id))}
@@ -105,7 +108,7 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
             return Option(prompt=row.prompt if row else "", scores=dict(row.scores or {}) if row else {})
 
         options = {lbl: final(videos[v.video_id]) for lbl, v in sorted(variations.items()) if v.video_id is not None}
-        expectation = expect(settings, options)
+        expectation = expect(settings, actor, options)
         test.expected_label, test.expected_probability, test.expected_by = (
             expectation.label,
             expectation.probability,
@@ -122,19 +125,20 @@ def pick(settings: Settings, test_id: int, label: str) -> dict:
                 rejected_prompts=[o.prompt for o in rejected],
                 rejected_scores=[dict(o.scores) for o in rejected],
                 concept=test.concept,
-                user_name=settings.user,
+                user_name=actor.user,
             )
         )
         test.status, test.winner_label = "closed", label
         selection = {"test": str(test_id), "label": label, "approach": chosen.approach, "concept": test.concept}
         return blocks.update(
             settings,
+            actor,
             "ab_testing",
             lambda v: {
                 "USER_SELECTIONS": (v["USER_SELECTIONS"] + [selection])[-blocks.KEEP :],
                 "WINNING_PATTERNS": list(dict.fromkeys(v["WINNING_PATTERNS"] + [chosen.approach]))[-blocks.KEEP :],
                 "ACTIVE_TEST": None if v["ACTIVE_TEST"] == str(test_id) else v["ACTIVE_TEST"],
             },
-            actor="user",
+            by="user",
             session=session,
         )

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.learning.taste import MIN_PICKS_TO_CROSS_VALIDATE, Option, PairwiseTaste, Pick, fit
 from mas.models import ABSelection, TasteModel
 
@@ -36,11 +37,11 @@ STANDARD_ERRORS = 1.0
 """How many standard errors of the paired difference the promotion rule asks for."""
 
 
-def load_picks(settings: Settings) -> list[Pick]:
-    """`settings.user`'s A/B picks, oldest first, with the per-axis scores stored at pick time."""
+def load_picks(settings: Settings, actor: Actor) -> list[Pick]:
+    """`actor.user`'s A/B picks, oldest first, with the per-axis scores stored at pick time."""
     with session_scope(settings) as session:
         rows = session.scalars(
-            sa.select(ABSelection).where(ABSelection.user_name == settings.user).order_by(ABSelection.id)
+            sa.select(ABSelection).where(ABSelection.user_name == actor.user).order_by(ABSelection.id)
         ).all()
         picks = []
         for row in rows:
@@ -86,12 +87,12 @@ class Served:
         return pick.selection_id > self.last_pick
 
 
-def served(settings: Settings) -> Served:
-    """The newest promoted version of `settings.user`'s taste, or the default for a user with none."""
+def served(settings: Settings, actor: Actor) -> Served:
+    """The newest promoted version of `actor.user`'s taste, or the default for a user with none."""
     with session_scope(settings) as session:
         row = session.scalars(
             sa.select(TasteModel)
-            .where(TasteModel.user_name == settings.user, TasteModel.promoted.is_(True))
+            .where(TasteModel.user_name == actor.user, TasteModel.promoted.is_(True))
             .order_by(TasteModel.version.desc())
             .limit(1)
         ).first()
@@ -168,30 +169,26 @@ class TasteReport:
     seconds: float = 0.0
 
 
-def tune_taste(settings: Settings) -> TasteReport:
-    """Fit a new version of `settings.user`'s taste on all their picks, judge it by the rule of the module
+def tune_taste(settings: Settings, actor: Actor) -> TasteReport:
+    """Fit a new version of `actor.user`'s taste on all their picks, judge it by the rule of the module
     docstring, store it (promoted or kept on file) with the reason. The caller holds the tune lock."""
     started = time.monotonic()
-    picks = load_picks(settings)
+    picks = load_picks(settings, actor)
     pairs = sum(len(p.rejected) for p in picks)
     if pairs < settings.quality.min_preference_pairs or len(picks) < MIN_PICKS_TO_CROSS_VALIDATE:
         reason = (
-            f"{settings.user} has {len(picks)} A/B picks ({pairs} pairs); {settings.quality.min_preference_pairs} pairs "
+            f"{actor.user} has {len(picks)} A/B picks ({pairs} pairs); {settings.quality.min_preference_pairs} pairs "
             f"are needed (MAS_MIN_PREFERENCE_PAIRS) and at least {MIN_PICKS_TO_CROSS_VALIDATE} picks, so each can "
             "be predicted without it. Until then the studio default serves (it expects every variation equally). "
             "Nothing was trained."
         )
-        return TasteReport(
-            user=settings.user, trained=False, promoted=False, reason=reason, picks=len(picks), pairs=pairs
-        )
-    current = served(settings)
+        return TasteReport(user=actor.user, trained=False, promoted=False, reason=reason, picks=len(picks), pairs=pairs)
+    current = served(settings, actor)
     fresh = [current.unseen(p) for p in picks]
     if not any(fresh):
-        reason = (
-            f"no pick since {current.name}, which serves {settings.user}: nothing new to learn, nothing was trained."
-        )
+        reason = f"no pick since {current.name}, which serves {actor.user}: nothing new to learn, nothing was trained."
         return TasteReport(
-            user=settings.user,
+            user=actor.user,
             trained=False,
             promoted=False,
             reason=reason,
@@ -212,7 +209,7 @@ def tune_taste(settings: Settings) -> TasteReport:
         version = 1 + int(
             session.scalar(
                 sa.select(sa.func.coalesce(sa.func.max(TasteModel.version), 0)).where(
-                    TasteModel.user_name == settings.user
+                    TasteModel.user_name == actor.user
                 )
             )
             or 0
@@ -231,7 +228,7 @@ def tune_taste(settings: Settings) -> TasteReport:
         )
         session.add(
             TasteModel(
-                user_name=settings.user,
+                user_name=actor.user,
                 version=version,
                 pairs_used=fitted.taste.pairs,
                 heldout_pairs=verdict.pairs,
@@ -242,7 +239,7 @@ def tune_taste(settings: Settings) -> TasteReport:
             )
         )
     return TasteReport(
-        user=settings.user,
+        user=actor.user,
         trained=True,
         promoted=verdict.promote,
         reason=reason,
@@ -276,23 +273,23 @@ def expectation_text(*, expected: str | None, probability: float | None, by: str
     return f"the studio expected {expected} ({probability:.0%}, {by}): {verdict}"
 
 
-def expect(settings: Settings, options: Mapping[str, Option]) -> Expectation:
-    """The variation `settings.user`'s served taste expects them to pick among `options` (by label)."""
-    current = served(settings)
+def expect(settings: Settings, actor: Actor, options: Mapping[str, Option]) -> Expectation:
+    """The variation `actor.user`'s served taste expects them to pick among `options` (by label)."""
+    current = served(settings, actor)
     if current.version is None:
-        return Expectation(label=None, probability=None, by=f"no expectation: {current.name} serves {settings.user}")
+        return Expectation(label=None, probability=None, by=f"no expectation: {current.name} serves {actor.user}")
     labels = sorted(options)
     probabilities = current.taste.choice_probabilities([options[label] for label in labels], settings=settings)
     best = int(np.argmax(probabilities))
     return Expectation(label=labels[best], probability=probabilities[best], by=current.name)
 
 
-def ranker(settings: Settings):
-    """A Writer ranker (`mas.agents.asking.Ranker`): candidate prompts scored by `settings.user`'s served
+def ranker(settings: Settings, actor: Actor):
+    """A Writer ranker (`mas.agents.asking.Ranker`): candidate prompts scored by `actor.user`'s served
     taste (log-odds; with the default every candidate scores 0 and the model's first candidate wins)."""
 
     def rank(concept: str, prompts: Sequence[str]) -> list[float]:  # noqa: ARG001
-        current = served(settings)
+        current = served(settings, actor)
         if current.version is None:
             return [0.0] * len(prompts)
         return current.taste.logits([Option(prompt=p) for p in prompts], settings=settings).tolist()

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from mas.agents.style import FEEDBACK_CHARS, ITEMS_KEPT, Style, StyleItem, aspect_of, normalized, stamped
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.errors import InvalidInput
 from mas.memory import blocks
 from mas.models import StyleFeedback, StyleItemRow
@@ -150,7 +151,7 @@ class Changed:
     block: dict[str, Any]
 
 
-def _change(settings: Settings, operate: Operation, *, actor: str) -> Changed:
+def _change(settings: Settings, actor: Actor, operate: Operation, *, by: str) -> Changed:
     """Apply `operate` to the user's items and rewrite `user_style` from them, in one transaction: the
     items touched become the newest; the oldest go first over ITEMS_KEPT or the block's cap (never those
     touched now), and the record keeps exactly what the block holds."""
@@ -158,7 +159,7 @@ def _change(settings: Settings, operate: Operation, *, actor: str) -> Changed:
     with session_scope(settings) as session:
 
         def change(current: dict[str, Any]) -> dict[str, Any]:
-            rows = _synced(session, settings.user, current)
+            rows = _synced(session, actor.user, current)
             present = list(rows)
             touched, changes = operate(rows, datetime.now(UTC))
             done.append((touched, changes))
@@ -179,7 +180,7 @@ def _change(settings: Settings, operate: Operation, *, actor: str) -> Changed:
             session.add_all(r for r in kept if r not in present)
             return fields
 
-        block = blocks.update(settings, "user_style", change, actor=actor, session=session)
+        block = blocks.update(settings, actor, "user_style", change, by=by, session=session)
         session.flush()
         touched, changes = done[0]
         return Changed(entries=[Entry.of(r) for r in touched], turned=changes, block=block)
@@ -210,25 +211,23 @@ def _synced(session: Session, user: str, block: dict[str, Any]) -> list[StyleIte
     return sorted(kept, key=lambda r: (r.updated_at, r.id))
 
 
-def entries(settings: Settings) -> list[Entry]:
+def entries(settings: Settings, actor: Actor) -> list[Entry]:
     """The user's items, oldest first, with where each came from and its history."""
     with session_scope(settings) as session:
-        rows = _rows(session, settings.user)
-        if _in_step(rows, blocks.read(settings, "user_style")):
+        rows = _rows(session, actor.user)
+        if _in_step(rows, blocks.read(settings, actor, "user_style")):
             return [Entry.of(r) for r in rows]
-    _change(settings, lambda rows, at: ([], []), actor="user (items taken from the block)")  # noqa: ARG005
+    _change(settings, actor, lambda rows, at: ([], []), by="user (items taken from the block)")  # noqa: ARG005
     with session_scope(settings) as session:
-        return [Entry.of(r) for r in _rows(session, settings.user)]
+        return [Entry.of(r) for r in _rows(session, actor.user)]
 
 
-def unread(settings: Settings, *, limit: int = NOT_UNDERSTOOD_SHOWN) -> list[Unread]:
+def unread(settings: Settings, actor: Actor, *, limit: int = NOT_UNDERSTOOD_SHOWN) -> list[Unread]:
     """The user's latest feedbacks that had clauses the reader did not understand, newest first."""
     with session_scope(settings) as session:
         stmt = (
             sa.select(StyleFeedback)
-            .where(
-                StyleFeedback.user_name == settings.user, sa.func.jsonb_array_length(StyleFeedback.not_understood) > 0
-            )
+            .where(StyleFeedback.user_name == actor.user, sa.func.jsonb_array_length(StyleFeedback.not_understood) > 0)
             .order_by(StyleFeedback.id.desc())
             .limit(limit)
         )
@@ -238,7 +237,13 @@ def unread(settings: Settings, *, limit: int = NOT_UNDERSTOOD_SHOWN) -> list[Unr
 
 
 def learn(
-    settings: Settings, items: Sequence[StyleItem], *, feedback: str, source: str, not_understood: Sequence[str]
+    settings: Settings,
+    actor: Actor,
+    items: Sequence[StyleItem],
+    *,
+    feedback: str,
+    source: str,
+    not_understood: Sequence[str],
 ) -> Changed:
     """Store a reading of `feedback` by `source` (studio | model): each item replaces every earlier one about
     the same thing (a later "no purple" turns "purple" round); within the reading a ruled-out item wins over
@@ -255,7 +260,7 @@ def learn(
                 order.append(kept[id(item)])
                 continue
             same = [row for old, row in zip(earlier, rows, strict=True) if old.same_thing(item) and row not in fresh]
-            row = same[0] if same else StyleItemRow(user_name=settings.user, history=[])
+            row = same[0] if same else StyleItemRow(user_name=actor.user, history=[])
             for extra in same[1:]:
                 row.history = [*row.history, *extra.history, _stamp(extra, at)]
             _set(row, item, source=source, feedback=feedback, at=at)
@@ -266,16 +271,14 @@ def learn(
 
     with session_scope(settings) as session:
         session.add(
-            StyleFeedback(
-                user_name=settings.user, feedback=feedback, reader=source, not_understood=list(not_understood)
-            )
+            StyleFeedback(user_name=actor.user, feedback=feedback, reader=source, not_understood=list(not_understood))
         )
     if not items:
-        return Changed(entries=[], turned=[], block=blocks.read(settings, "user_style"))
-    return _change(settings, operate, actor=f"director ({source})")
+        return Changed(entries=[], turned=[], block=blocks.read(settings, actor, "user_style"))
+    return _change(settings, actor, operate, by=f"director ({source})")
 
 
-def give(settings: Settings, words: str, *, liked: bool) -> Changed:
+def give(settings: Settings, actor: Actor, words: str, *, liked: bool) -> Changed:
     """Store an item exactly as the user gives it (`mas style --like` / `--avoid`): no reading. It replaces an
     item about the same thing; one it turns round is a correction, with its history."""
     check_storable(words, "the item")
@@ -288,7 +291,7 @@ def give(settings: Settings, words: str, *, liked: bool) -> Changed:
 
     def operate(rows: list[StyleItemRow], at: datetime) -> tuple[list[StyleItemRow], list[dict[str, str]]]:
         same = [r for r in rows if _item(r).same_thing(item)]
-        row = same[0] if same else StyleItemRow(user_name=settings.user, history=[])
+        row = same[0] if same else StyleItemRow(user_name=actor.user, history=[])
         for extra in same[1:]:
             rows.remove(extra)
         source = "correction" if same and row.polarity != ("liked" if liked else "ruled_out") else "user"
@@ -297,10 +300,10 @@ def give(settings: Settings, words: str, *, liked: bool) -> Changed:
             rows.append(row)
         return [row], [turned] if turned else []
 
-    return _change(settings, operate, actor="user")
+    return _change(settings, actor, operate, by="user")
 
 
-def flip(settings: Settings, item_id: int) -> Changed:
+def flip(settings: Settings, actor: Actor, item_id: int) -> Changed:
     """Turn one item round (liked <-> ruled out): a correction, its reading kept in its history."""
 
     def operate(rows: list[StyleItemRow], at: datetime) -> tuple[list[StyleItemRow], list[dict[str, str]]]:
@@ -309,10 +312,10 @@ def flip(settings: Settings, item_id: int) -> Changed:
         turned = _set(row, item, source="correction", feedback=SOURCES["correction"], at=at)
         return [row], [turned] if turned else []
 
-    return _change(settings, operate, actor="user")
+    return _change(settings, actor, operate, by="user")
 
 
-def forget(settings: Settings, which: int | str) -> Entry:
+def forget(settings: Settings, actor: Actor, which: int | str) -> Entry:
     """Remove one item, by its id or its words (the block's history keeps that it was there)."""
     gone: list[Entry] = []
 
@@ -322,7 +325,7 @@ def forget(settings: Settings, which: int | str) -> Entry:
         gone.append(Entry.of(row))
         return [], []
 
-    _change(settings, operate, actor="user")
+    _change(settings, actor, operate, by="user")
     return gone[0]
 
 

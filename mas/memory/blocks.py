@@ -1,7 +1,7 @@
 """Core memory: the six blocks of the seed's Appendix B, typed, versioned and capped.
 
 Every agent reads the same row, so a write is seen by every reader at once. The blocks that hold a user's
-taste (`PER_USER`) have one row per user (`settings.user`); the others are the studio's, shared. A write locks the row
+taste (`PER_USER`) have one row per user (the `Actor` every call names); the others are the studio's, shared. A write locks the row
 (SELECT ... FOR UPDATE), validates the whole new value against the block's schema, refuses it if the
 serialized block would exceed the size cap (never truncates), bumps the version, stamps each changed
 field and records the change (who, when, old, new). Two writers therefore never lose each other's update.
@@ -22,6 +22,7 @@ from typing_extensions import TypedDict
 
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.errors import InvalidInput
 from mas.grades import Grade
 from mas.models import MemoryBlock, MemoryBlockChange, users_own
@@ -185,11 +186,11 @@ class BlockError(InvalidInput):
     """An update a block refuses: unknown label or field, wrong type, or over the size cap."""
 
 
-def row_label(settings: Settings, label: str) -> str:
-    """The row that holds `label` for `settings.user`: `label` itself, or `label@user` for a per-user block of
+def row_label(actor: Actor, label: str) -> str:
+    """The row that holds `label` for `actor`: `label` itself, or `label@user` for a per-user block of
     a named user (the default user keeps the plain rows, which a studio had before users existed)."""
     _schema(label)
-    return users_own(label, settings.user) if label in PER_USER else label
+    return users_own(label, actor.user) if label in PER_USER else label
 
 
 def _schema(label: str) -> type[_Block]:
@@ -209,22 +210,20 @@ def defaults(label: str, settings: Settings) -> dict[str, Any]:
     return value
 
 
-def _unwritten(settings: Settings, label: str) -> MemoryBlock:
+def _unwritten(settings: Settings, actor: Actor, label: str) -> MemoryBlock:
     """A block no one has written yet, as it reads: its defaults at version 1, no field changed. Its row is
     made by the first write, so reading (a page, `mas memory show`, a new user) writes nothing."""
-    return MemoryBlock(
-        label=row_label(settings, label), value=defaults(label, settings), field_updated_at={}, version=1
-    )
+    return MemoryBlock(label=row_label(actor, label), value=defaults(label, settings), field_updated_at={}, version=1)
 
 
-def read(settings: Settings, label: str) -> dict[str, Any]:
-    """The current value of one block (its defaults until it is first written)."""
-    return dict(versioned(settings, label).value)
+def read(settings: Settings, actor: Actor, label: str) -> dict[str, Any]:
+    """The current value of one block as `actor` reads it (its defaults until it is first written)."""
+    return dict(versioned(settings, actor, label).value)
 
 
-def read_all(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Every block as `settings.user` sees it (their own per-user blocks, the shared rest), by label."""
-    keys = {row_label(settings, label): label for label in SCHEMAS}
+def read_all(settings: Settings, actor: Actor) -> dict[str, dict[str, Any]]:
+    """Every block as `actor` sees it (their own per-user blocks, the shared rest), by label."""
+    keys = {row_label(actor, label): label for label in SCHEMAS}
     with session_scope(settings) as session:
         stored = {
             row.label: dict(row.value)
@@ -233,10 +232,10 @@ def read_all(settings: Settings) -> dict[str, dict[str, Any]]:
     return {label: stored[key] if key in stored else defaults(label, settings) for key, label in keys.items()}
 
 
-def versioned(settings: Settings, label: str) -> MemoryBlock:
+def versioned(settings: Settings, actor: Actor, label: str) -> MemoryBlock:
     """The block row itself: value, version and per-field change times (`_unwritten` until first written)."""
     with session_scope(settings) as session:
-        return session.get(MemoryBlock, row_label(settings, label)) or _unwritten(settings, label)
+        return session.get(MemoryBlock, row_label(actor, label)) or _unwritten(settings, actor, label)
 
 
 Change = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
@@ -269,23 +268,24 @@ def apply_change(settings: Settings, label: str, current: dict[str, Any], change
 
 
 def update(
-    settings: Settings, label: str, change: Change, *, actor: str, session: Session | None = None
+    settings: Settings, actor: Actor, label: str, change: Change, *, by: str, session: Session | None = None
 ) -> dict[str, Any]:
     """Apply `change` atomically and return the new value.
 
     `change` is either a dict of fields to set, or a function from the current value to the fields to
-    set (for read-modify-write such as counters and list appends, run under the row lock). Pass
+    set (for read-modify-write such as counters and list appends, run under the row lock). `actor` is whose
+    block a per-user label is; `by` who made the change (kept in its history). Pass
     `session` to make the change part of a larger transaction (committed or rolled back with it).
     """
     if session is None:
         with session_scope(settings) as own:
-            return update(settings, label, change, actor=actor, session=own)
+            return update(settings, actor, label, change, by=by, session=own)
     schema = _schema(label)
-    row_key = row_label(settings, label)
+    row_key = row_label(actor, label)
     locked = sa.select(MemoryBlock).where(MemoryBlock.label == row_key).with_for_update()
     row = session.execute(locked).scalar_one_or_none()
     if row is None:  # the first write of this block: its row starts as `_unwritten` reads
-        first = _unwritten(settings, label)
+        first = _unwritten(settings, actor, label)
         session.execute(
             pg_insert(MemoryBlock)
             .values(
@@ -308,24 +308,26 @@ def update(
     row.field_updated_at = {**row.field_updated_at, **dict.fromkeys(changed, stamp)}
     row.updated_at = sa.func.now()
     session.add_all(
-        MemoryBlockChange(label=row_key, version=row.version, field=f, old=current.get(f), new=new[f], actor=actor)
+        MemoryBlockChange(label=row_key, version=row.version, field=f, old=current.get(f), new=new[f], actor=by)
         for f in changed
     )
     return new
 
 
-def set_field(settings: Settings, label: str, field: str, raw: str, *, actor: str = "user") -> dict[str, Any]:
+def set_field(
+    settings: Settings, actor: Actor, label: str, field: str, raw: str, *, by: str = "user"
+) -> dict[str, Any]:
     """Set one field from command-line text: JSON when it parses (3, ["a"], null), else a string."""
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
-    return update(settings, label, {field: value}, actor=actor)
+    return update(settings, actor, label, {field: value}, by=by)
 
 
-def history(settings: Settings, label: str, *, limit: int = 50) -> list[MemoryBlockChange]:
-    """The most recent changes of a block, newest first."""
-    row_key = row_label(settings, label)
+def history(settings: Settings, actor: Actor, label: str, *, limit: int = 50) -> list[MemoryBlockChange]:
+    """The most recent changes of a block as `actor` reads it, newest first."""
+    row_key = row_label(actor, label)
     with session_scope(settings) as session:
         stmt = (
             sa.select(MemoryBlockChange)

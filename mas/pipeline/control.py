@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.domain.states import TERMINAL
 from mas.domain.steps import STARTS
 from mas.errors import PermanentError
@@ -54,6 +55,7 @@ def cancel_batch(settings: Settings, batch_id: int) -> list[int]:
         events.record(session, settings, type="batch.cancelled", batch=batch, data={"videos_cancelled": cancelled})
         blocks.update(
             settings,
+            Actor(batch.user_name),
             "production_queue",
             lambda v: (
                 {
@@ -64,16 +66,17 @@ def cancel_batch(settings: Settings, batch_id: int) -> list[int]:
                 if v["BATCH_ID"] == str(batch_id)
                 else {}
             ),
-            actor="cli",
+            by="cli",
             session=session,
         )
         blocks.update(
             settings,
+            Actor(batch.user_name),
             "session_state",
             lambda v: {
                 "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch_id],
             },
-            actor="cli",
+            by="cli",
             session=session,
         )
     app = app_for(settings)
@@ -104,7 +107,7 @@ def pause_batch(settings: Settings, batch_id: int) -> None:
         batch.status = BatchStatus.paused
         batch.updated_at = sa.func.now()
         eventlog.batch_changed(session, "batch.paused", batch)
-        _queue_status(settings, session, batch_id, "paused")
+        _queue_status(settings, session, batch, "paused")
         released = pacing.release(settings, session)  # a paused batch holds no place ahead of the GPUs
     send_released(app_for(settings), released)
 
@@ -119,17 +122,18 @@ def continue_batch(settings: Settings, batch_id: int) -> None:
         batch.status = BatchStatus.running if planned else BatchStatus.queued
         batch.updated_at = sa.func.now()
         eventlog.batch_changed(session, "batch.continued", batch)
-        _queue_status(settings, session, batch_id, "active")
+        _queue_status(settings, session, batch, "active")
     app_for(settings).send_task(names.RESUME_BATCH, args=[batch_id], priority=STARTS)
 
 
-def _queue_status(settings: Settings, session: Session, batch_id: int, status: str) -> None:
+def _queue_status(settings: Settings, session: Session, batch: Batch, status: str) -> None:
     """`production_queue.QUEUE_STATUS`, when the block is about this batch."""
     blocks.update(
         settings,
+        Actor(batch.user_name),
         "production_queue",
-        lambda v: {"QUEUE_STATUS": status} if v["BATCH_ID"] == str(batch_id) else {},
-        actor="cli",
+        lambda v: {"QUEUE_STATUS": status} if v["BATCH_ID"] == str(batch.id) else {},
+        by="cli",
         session=session,
     )
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from mas import names
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.domain.states import TERMINAL, BatchStatus, VideoState
 from mas.memory import blocks
 from mas.models import AgentBuffer, Batch, Series, Video
@@ -46,6 +47,11 @@ class Ended:
     """The live state it ended from."""
     batch_done: bool
     """It was the last live video of its running batch: the batch is done with it."""
+
+    @property
+    def actor(self) -> Actor:
+        """Whom the video was made for: its batch's user (whose blocks a listener writes)."""
+        return Actor(self.batch.user_name)
 
 
 Listener = Callable[[Ended], AfterCommit | None]
@@ -145,7 +151,7 @@ def production_queue_block(ended: Ended) -> None:
             out["FAILED_RETRIES"] = (v["FAILED_RETRIES"] + [{**entry, "reasons": reasons}])[-blocks.KEEP_FAILED :]
         return out
 
-    blocks.update(ended.settings, "production_queue", change, actor="cameraman", session=ended.session)
+    blocks.update(ended.settings, ended.actor, "production_queue", change, by="cameraman", session=ended.session)
 
 
 def session_state_block(ended: Ended) -> None:
@@ -155,6 +161,7 @@ def session_state_block(ended: Ended) -> None:
     batch_id = ended.batch.id
     blocks.update(
         ended.settings,
+        ended.actor,
         "session_state",
         lambda v: {
             "PENDING_WORK": [w for w in v["PENDING_WORK"] if w.get("batch_id") != batch_id],
@@ -162,7 +169,7 @@ def session_state_block(ended: Ended) -> None:
             "QUEUED_VIDEOS": [],
             "LAST_ACTIVITY": blocks.now_iso(),
         },
-        actor="director",
+        by="director",
         session=ended.session,
     )
 
@@ -177,9 +184,10 @@ def series_progress(ended: Ended) -> None:
     series.episodes_completed += 1
     blocks.update(
         ended.settings,
+        ended.actor,
         "current_series",
         lambda v: {"EPISODES_COMPLETED": series.episodes_completed} if v["ACTIVE_SERIES"] == series.name else {},
-        actor="cameraman",
+        by="cameraman",
         session=ended.session,
     )
 

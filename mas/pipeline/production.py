@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from mas import names
 from mas.config import Settings
 from mas.db import rows_changed, session_scope
+from mas.domain.identity import Actor
 from mas.domain.requests import ProductionRequest, RequestKind, parse_request
 from mas.domain.steps import STARTS
 from mas.errors import InvalidInput, PeerUnavailable
@@ -109,12 +110,12 @@ def check_broker(settings: Settings) -> None:
 
 
 def check_notify_url(
-    settings: Settings, url: str | None, *, resolver: targets.Resolver = socket.getaddrinfo
+    settings: Settings, actor: Actor, url: str | None, *, resolver: targets.Resolver = socket.getaddrinfo
 ) -> str | None:
     """A request's webhook URL: http(s), only when events can be signed (MAS_WEBHOOK_SECRET), and only to a
     host whose every address webhooks may go to (`mas.outbox.targets`: not loopback, private, link-local ...
     unless MAS_WEBHOOK_ALLOWED_HOSTS allows it). A host that does not resolve is refused too. Each delivery
-    checks again."""
+    checks again. The secret is the studio's, or `actor`'s own (their `users` row)."""
     if url is None:
         return None
     try:
@@ -124,7 +125,7 @@ def check_notify_url(
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2000:
         raise InvalidInput(f"the webhook URL {redact_url(url)!r} is not an http(s) URL; nothing was queued")
-    if settings.webhooks.secret is None and not _has_own_secret(settings):
+    if settings.webhooks.secret is None and not _has_own_secret(settings, actor):
         raise InvalidInput(
             "a webhook URL needs MAS_WEBHOOK_SECRET set, or the user's own secret (`mas users set NAME "
             "--webhook-secret ...`): events are signed; nothing was queued"
@@ -136,22 +137,27 @@ def check_notify_url(
     return url
 
 
-def _has_own_secret(settings: Settings) -> bool:
+def _has_own_secret(settings: Settings, actor: Actor) -> bool:
     with session_scope(settings) as session:
-        return bool(session.scalar(sa.select(User.webhook_secret).where(User.name == settings.user)))
+        return bool(session.scalar(sa.select(User.webhook_secret).where(User.name == actor.user)))
 
 
 def submit(
-    settings: Settings, request: ProductionRequest, *, priority: str | None = None, notify_url: str | None = None
+    settings: Settings,
+    actor: Actor,
+    request: ProductionRequest,
+    *,
+    priority: str | None = None,
+    notify_url: str | None = None,
 ) -> int:
-    """Store the request as a batch and send it to the Director; return the batch id. Refused whole (nothing
+    """Store `actor`'s request as a batch and send it to the Director; return the batch id. Refused whole (nothing
     stored) when the broker does not answer or the user's quotas have no room for it."""
     priority = priority_for(settings, request, priority)
-    notify_url = check_notify_url(settings, notify_url)
+    notify_url = check_notify_url(settings, actor, notify_url)
     check_broker(settings)
     with session_scope(settings) as session:
-        quotas.check(settings, session, settings.user, request.count)  # the user's lock, held until the commit
-        batch_id = new_batch(session, request, priority=priority, user=settings.user, notify_url=notify_url).id
+        quotas.check(settings, session, actor, request.count)  # the user's lock, held until the commit
+        batch_id = new_batch(session, request, priority=priority, user=actor.user, notify_url=notify_url).id
     send_plan(settings, batch_id, priority=priority)
     return batch_id
 
@@ -178,23 +184,24 @@ def check_run_at(settings: Settings, run_at: datetime) -> None:
 
 def schedule(
     settings: Settings,
+    actor: Actor,
     request: ProductionRequest,
     *,
     run_at: datetime,
     priority: str | None = None,
     notify_url: str | None = None,
 ) -> int:
-    """Store the request to be enqueued at `run_at` (an overnight batch); return the schedule id."""
+    """Store `actor`'s request to be enqueued at `run_at` (an overnight batch); return the schedule id."""
     check_run_at(settings, run_at)
     priority = priority_for(settings, request, priority)
-    notify_url = check_notify_url(settings, notify_url)
+    notify_url = check_notify_url(settings, actor, notify_url)
     with session_scope(settings) as session:
         row = Schedule(
             run_at=run_at,
             request=request.text,
             spec=request.to_json(),
             priority=priority,
-            user_name=settings.user,
+            user_name=actor.user,
             notify_url=notify_url,
         )
         session.add(row)
@@ -240,7 +247,7 @@ def _run_schedule(settings: Settings, schedule_id: int) -> int | None:
         # one stored before requests were typed has no spec: migration 0005 leaves its text to the parser
         request = parse_request(row.request, settings) if row.spec is None else ProductionRequest.from_json(row.spec)
         try:
-            quotas.check(settings, session, row.user_name, request.count)
+            quotas.check(settings, session, Actor(row.user_name), request.count)
         except (quotas.QuotaExceeded, quotas.LargerThanQuota) as exc:
             row.status = "failed"
             row.options = {**(row.options or {}), "failure_reason": str(exc)}

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from mas import locks, names
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.domain.states import TERMINAL, BatchStatus
 from mas.errors import InvalidInput, RetryableError
 from mas.models import Batch, User, Video
@@ -72,19 +73,19 @@ class LargerThanQuota(InvalidInput):
     stored."""
 
 
-def quotas_of(settings: Settings, session: Session, user: str) -> Quotas:
-    """`user`'s quotas in force: their own where set, else the studio's defaults."""
-    row = session.get(User, user)
+def quotas_of(settings: Settings, session: Session, actor: Actor) -> Quotas:
+    """`actor`'s quotas in force: their own where set (their `users` row), else the studio's defaults."""
+    row = session.get(User, actor.user)
     own = {kind: getattr(row, kind) if row is not None else None for kind in KINDS}
     return Quotas(**{kind: own[kind] if own[kind] is not None else getattr(settings.quotas, kind) for kind in KINDS})
 
 
-def check(settings: Settings, session: Session, user: str, videos: int) -> None:
-    """Refuse a new batch of `videos` videos for `user` that would pass one of their quotas.
+def check(settings: Settings, session: Session, actor: Actor, videos: int) -> None:
+    """Refuse a new batch of `videos` videos for `actor` that would pass one of their quotas.
 
     With any quota set, the user's lock is taken in the session's transaction and held until it ends: the
     caller stores the batch in that same transaction, so the user's next submit counts it."""
-    quotas = quotas_of(settings, session, user)
+    quotas, user = quotas_of(settings, session, actor), actor.user
     if quotas == Quotas():
         return
     locks.acquire(session.connection(), names.quota_lock(user))

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from mas import names
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.domain.states import TERMINAL
 from mas.domain.steps import BY_STATE, Step, StepPayload, order
 from mas.models import Video, VideoState
@@ -61,7 +62,8 @@ class StepRun:
     step: Step
     payload: StepPayload
     settings: Settings
-    """The settings of the user the video's batch is made for (their taste and style)."""
+    actor: Actor
+    """The user the video's batch is made for (whose taste and style the step reads and writes)."""
     lease: Lease
     priority: Priority
     task: Task
@@ -150,7 +152,8 @@ def _run_held(task: Task, step: Step, payload: StepPayload, body: StepBody[Any, 
             run = StepRun(
                 step=step,
                 payload=payload,
-                settings=settings.for_user(video.batch.user_name),
+                settings=settings,
+                actor=Actor(video.batch.user_name),
                 lease=lease,
                 priority=priority_of(task),
                 task=task,

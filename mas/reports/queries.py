@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, selectinload
 from mas import names
 from mas.config import Settings
 from mas.db import readable, session_scope
+from mas.domain.identity import STUDIO
 from mas.domain.steps import STEPS
 from mas.learning.promotion import expectation_text
 from mas.memory import blocks
@@ -245,7 +246,7 @@ def row_faults(settings: Settings, *, limit: int = 20) -> list[tuple[str, str, r
 
 def pending_work(settings: Settings) -> list[dict[str, Any]]:
     """Work a previous session left unfinished (`session_state.PENDING_WORK`): batch ids and requests."""
-    return blocks.read(settings, "session_state")["PENDING_WORK"]
+    return blocks.read(settings, STUDIO, "session_state")["PENDING_WORK"]  # a shared block
 
 
 @dataclass(frozen=True, kw_only=True)

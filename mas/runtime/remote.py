@@ -13,6 +13,7 @@ from celery.exceptions import TimeoutError as ResultTimeout
 
 from mas import names
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.errors import PeerUnavailable, PermanentError
 from mas.runtime.app import app_for
 
@@ -53,9 +54,9 @@ def regrade(settings: Settings, video_id: int) -> dict:
     return _run_on_worker(settings, names.REGRADE, video_id, kind="gpu", timeout=timeout)
 
 
-def tune(settings: Settings, *, dry_run: bool = False) -> dict:
-    """Run the Tuner now for `settings.user`; its report (pairs, the pairwise taste and the DPO adapter:
+def tune(settings: Settings, actor: Actor, *, dry_run: bool = False) -> dict:
+    """Run the Tuner now for `actor`; its report (pairs, the pairwise taste and the DPO adapter:
     training, held-out accuracy, promotion and why). It waits for its GPU turn behind the work already in
     the worker, then trains for at most MAS_TUNE_MAX_SECONDS."""
     timeout = (1 + settings.gpu.lookahead) * settings.gpu.max_render_seconds + settings.gpu.tune_max_seconds
-    return _run_on_worker(settings, names.TUNE, dry_run, settings.user, kind="gpu", timeout=timeout)["reports"][0]
+    return _run_on_worker(settings, names.TUNE, dry_run, actor.user, kind="gpu", timeout=timeout)["reports"][0]

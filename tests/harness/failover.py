@@ -51,7 +51,8 @@ class DatabaseFailover:
     """What a PostgreSQL failover took and lost."""
 
     killed_at: datetime
-    promoted_at: datetime
+    promoting_at: datetime  # `pg_ctl promote` asked: until then no server took writes
+    promoted_at: datetime  # the standby takes writes
     replay_lsn: int
     last_seen: Sample
     probes_lost: int
@@ -69,9 +70,10 @@ class DatabaseFailover:
         return state in STATES and order(VideoState(state)) <= order(BY_NAME[step].state)
 
     def steps_lost(self, recorded: dict[StepRun, list[datetime]]) -> set[StepRun]:
-        """Steps committed on the old primary (recorded before the promotion: nothing else took writes) whose
-        result the new primary lacked."""
-        return {run for run, times in recorded.items() if min(times) < self.promoted_at and self.lacked(*run)}
+        """Steps committed on the old primary (recorded before the promotion was asked for: nothing else took
+        writes; a step may be recorded on the new primary before `promoted_at`) whose result the new primary
+        lacked."""
+        return {run for run, times in recorded.items() if min(times) < self.promoting_at and self.lacked(*run)}
 
     @property
     def lsn_gap(self) -> int:

@@ -354,10 +354,11 @@ class Topology:
         with standby._connect(studio) as conn:  # what the new primary will start from
             kept = {row[0]: (row[1], row[2]) for row in conn.execute("select id, attempt_count, state from videos")}
         probes = int(standby.scalar("select coalesce(max(n), 0) from probes"))
+        promoting = datetime.now(UTC)
         standby.promote()
         replay = lsn(standby.scalar("select pg_last_wal_replay_lsn()::text"))  # static once promoted
         return DatabaseFailover(
-            killed_at=killed, promoted_at=datetime.now(UTC), replay_lsn=replay, last_seen=last,
+            killed_at=killed, promoting_at=promoting, promoted_at=datetime.now(UTC), replay_lsn=replay, last_seen=last,
             probes_lost=max(0, last.probe - probes), kept=kept,
         )  # fmt: skip
 

@@ -5,11 +5,12 @@ import multiprocessing as mp
 
 import pytest
 
+from mas.domain.identity import STUDIO
 from mas.memory import blocks
 
 
 def test_every_block_has_every_field(clean):
-    every = blocks.read_all(clean)
+    every = blocks.read_all(clean, STUDIO)
     assert list(every) == list(blocks.SCHEMAS)
     for label, schema in blocks.SCHEMAS.items():
         assert set(every[label]) == set(schema.model_fields)
@@ -20,15 +21,15 @@ def test_every_block_has_every_field(clean):
 
 
 def test_update_is_versioned_with_history(clean):
-    before = blocks.versioned(clean, "user_style")  # never written: the defaults, no field changed
+    before = blocks.versioned(clean, STUDIO, "user_style")  # never written: the defaults, no field changed
     assert before.value == blocks.defaults("user_style", clean) and before.field_updated_at == {}
-    blocks.update(clean, "user_style", {"COLOR_PREFERENCES": "purple and blue"}, actor="director")
-    blocks.set_field(clean, "user_style", "DISLIKED_ELEMENTS", '["bright neon"]', actor="cli")
-    after = blocks.versioned(clean, "user_style")
+    blocks.update(clean, STUDIO, "user_style", {"COLOR_PREFERENCES": "purple and blue"}, by="director")
+    blocks.set_field(clean, STUDIO, "user_style", "DISLIKED_ELEMENTS", '["bright neon"]', by="cli")
+    after = blocks.versioned(clean, STUDIO, "user_style")
     assert after.version == before.version + 2
     assert after.value["COLOR_PREFERENCES"] == "purple and blue"
     assert set(after.field_updated_at) == {"COLOR_PREFERENCES", "DISLIKED_ELEMENTS"}  # only what changed
-    changes = blocks.history(clean, "user_style")
+    changes = blocks.history(clean, STUDIO, "user_style")
     assert [(c.field, c.old, c.new, c.actor) for c in changes] == [
         ("DISLIKED_ELEMENTS", [], ["bright neon"], "cli"),
         ("COLOR_PREFERENCES", "", "purple and blue", "director"),
@@ -47,18 +48,18 @@ def test_update_is_versioned_with_history(clean):
     ],
 )
 def test_schema_violations_change_nothing(clean, label, change, message):
-    snapshot = blocks.read_all(clean)
+    snapshot = blocks.read_all(clean, STUDIO)
     with pytest.raises(blocks.BlockError, match=message):
-        blocks.update(clean, label, change, actor="test")
-    assert blocks.read_all(clean) == snapshot
+        blocks.update(clean, STUDIO, label, change, by="test")
+    assert blocks.read_all(clean, STUDIO) == snapshot
 
 
 def test_size_cap_refuses_never_truncates(clean):
-    before = blocks.versioned(clean, "quality_standards")
+    before = blocks.versioned(clean, STUDIO, "quality_standards")
     huge = [f"pattern {i}: " + "x" * 80 for i in range(100)]
     with pytest.raises(blocks.BlockError, match="over its cap"):
-        blocks.update(clean, "quality_standards", {"FAILURE_PATTERNS_TO_AVOID": huge}, actor="test")
-    after = blocks.versioned(clean, "quality_standards")
+        blocks.update(clean, STUDIO, "quality_standards", {"FAILURE_PATTERNS_TO_AVOID": huge}, by="test")
+    after = blocks.versioned(clean, STUDIO, "quality_standards")
     assert after.version == before.version and after.value == before.value
 
 
@@ -73,9 +74,9 @@ def _bump(env: dict, n: int) -> None:
     db.find(s)  # a new process finds its database as it starts
     for _ in range(n):
         blocks.update(
-            s, "production_queue",
+            s, STUDIO, "production_queue",
             lambda v: {"BATCH_COMPLETE": v["BATCH_COMPLETE"] + 1, "COMPLETED_TODAY": [*v["COMPLETED_TODAY"][-20:], {"video_id": os.getpid(), "batch_id": 1, "grade": "A", "attempts": 1}]},
-            actor=f"p{os.getpid()}",
+            by=f"p{os.getpid()}",
         )
 
 
@@ -88,9 +89,9 @@ def test_concurrent_writers_lose_nothing(clean, studio_env):
     for w in workers:
         w.join(120)
         assert w.exitcode == 0
-    block = blocks.versioned(clean, "production_queue")
+    block = blocks.versioned(clean, STUDIO, "production_queue")
     assert block.value["BATCH_COMPLETE"] == procs * n
-    changes = blocks.history(clean, "production_queue", limit=10_000)
+    changes = blocks.history(clean, STUDIO, "production_queue", limit=10_000)
     assert sum(c.field == "BATCH_COMPLETE" for c in changes) == procs * n
 
 
@@ -101,8 +102,8 @@ def test_a_long_history_of_feedback_stays_within_the_blocks_cap(clean):
     colours = ["red", "blue", "green", "purple", "teal", "gold", "crimson", "navy", "amber", "violet"]
     for n in range(30):
         said = f"I love {colours[n % 10]} and slow shots" if n // 10 != 1 else f"no {colours[n % 10]} please"
-        learn_style(clean, said)  # each colour liked, then ruled out, then liked again
-    stored = blocks.read(clean, "user_style")
+        learn_style(clean, STUDIO, said)  # each colour liked, then ruled out, then liked again
+    stored = blocks.read(clean, STUDIO, "user_style")
     assert ("violet", "liked") in {(i["words"], i["polarity"]) for i in stored["ITEMS"]}
     assert stored["ITEMS"][-1]["feedback"] == "I love violet and slow shots" and stored["ITEM_HISTORY"]
     assert len(json.dumps(stored)) <= clean.memory.core_block_max_chars

@@ -22,6 +22,7 @@ from mas.agents.llm import LLMAgent
 from mas.agents.protocol import Question
 from mas.agents.replies import DraftReply
 from mas.config import Settings
+from mas.domain.identity import STUDIO
 from mas.memory import recall
 from mas.models import AgentCall
 from tests.llm_faults import FaultyLLM
@@ -66,7 +67,7 @@ def test_calls_of_one_role_run_at_once_each_in_its_own_conversation(clean):
     with FaultyLLM([_echo], gate=gate) as llm:
         settings = _settings(clean, llm.url, agent_conversations=3, llm_max_in_flight=8)
         with ThreadPoolExecutor(3) as pool:
-            calls = [pool.submit(LLMAgent(settings, "writer").ask, _question(c)) for c in concepts]
+            calls = [pool.submit(LLMAgent(settings, STUDIO, "writer").ask, _question(c)) for c in concepts]
             llm.wait_in_flight(3)  # all three at the endpoint at once: no role lock in the way
             gate.set()
             replies = [call.result(timeout=60) for call in calls]
@@ -86,9 +87,9 @@ def test_calls_to_one_conversation_stay_one_at_a_time(clean):
     with FaultyLLM([_echo], gate=gate) as llm:
         settings = _settings(clean, llm.url, agent_conversations=1, llm_max_in_flight=8)
         with ThreadPoolExecutor(2) as pool:
-            first = pool.submit(LLMAgent(settings, "writer").ask, _question("a heron"))
+            first = pool.submit(LLMAgent(settings, STUDIO, "writer").ask, _question("a heron"))
             llm.wait_in_flight(1)
-            second = pool.submit(LLMAgent(settings, "writer").ask, _question("a kite"))
+            second = pool.submit(LLMAgent(settings, STUDIO, "writer").ask, _question("a kite"))
             _wait_for(lambda: _waiting_on_locks(settings) >= 1, what="the second call to wait for the conversation")
             assert llm.in_flight == 1  # the second call waits for the conversation, not at the endpoint
             gate.set()
@@ -102,7 +103,7 @@ def test_a_video_keeps_to_its_conversation_while_that_one_is_free(clean):
     with FaultyLLM([_echo]) as llm:
         settings = _settings(clean, llm.url, agent_conversations=4)
         for _ in range(2):
-            LLMAgent(settings, "writer").ask(_question("a heron", video_id=6))
+            LLMAgent(settings, STUDIO, "writer").ask(_question("a heron", video_id=6))
     assert recall.count(settings, recall.conversation("writer", 6 % 4)) == 4
     with db.session_scope(settings) as session:
         calls = session.execute(sa.select(AgentCall.agent, AgentCall.video_id, AgentCall.valid)).all()
@@ -124,10 +125,10 @@ def test_what_the_calls_cost_is_told_per_video_of_a_batch(clean):
         batch_id, ids = batch.id, [v.id for v in videos]
     with FaultyLLM([_echo]) as llm:
         settings = _settings(clean, llm.url)
-        LLMAgent(settings, "director").ask(dataclasses.replace(_question("owls"), batch_id=batch_id))
+        LLMAgent(settings, STUDIO, "director").ask(dataclasses.replace(_question("owls"), batch_id=batch_id))
         for video_id in ids:
-            LLMAgent(settings, "writer").ask(_question("an owl", video_id=video_id))
-        LLMAgent(settings, "writer").ask(_question("not of this batch", video_id=ids[-1] + 100))
+            LLMAgent(settings, STUDIO, "writer").ask(_question("an owl", video_id=video_id))
+        LLMAgent(settings, STUDIO, "writer").ask(_question("not of this batch", video_id=ids[-1] + 100))
     usage = agent_usage(settings, batch_id)
     assert (usage.calls, usage.invalid, usage.videos) == (3, 0, 2)
     # the stand-in reports 10 prompt tokens (4 of them cached) and 5 completion tokens per request
@@ -141,7 +142,7 @@ def test_the_endpoint_cap_holds_under_a_burst(clean):
         settings = _settings(clean, llm.url, agent_conversations=8, llm_max_in_flight=2)
         roles = ["writer", "writer", "cameraman", "director"]  # a call holds 2 connections; the pool has 10
         with ThreadPoolExecutor(len(roles)) as pool:
-            calls = [pool.submit(LLMAgent(settings, r).ask, _question(f"thing {i}")) for i, r in enumerate(roles)]
+            calls = [pool.submit(LLMAgent(settings, STUDIO, r).ask, _question(f"thing {i}")) for i, r in enumerate(roles)]
             llm.wait_in_flight(2)
             _wait_for(lambda: _waiting_on_locks(settings) >= 1, what="a call to wait for an endpoint slot")
             assert llm.in_flight == 2

@@ -24,6 +24,7 @@ from gpu.residency import Residency
 from mas import grades
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import STUDIO
 from mas.gpu_rules import grading
 from mas.gpu_rules.grading import BENCHMARK_METRICS, MULTI_AXES, GradingError
 from mas.models import Attempt
@@ -85,11 +86,25 @@ def build_tiny_clip(folder: Path, *, steps: int = 60) -> Path:
     tokenizer = train_tokenizer(vocab_texts)
     torch.manual_seed(0)
     config = transformers.CLIPConfig(
-        text_config={"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                         "num_attention_heads": 2, "max_position_embeddings": 24, "pad_token_id": 0, "bos_token_id": 2,
-                         "eos_token_id": 3},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                           "image_size": CLIP_SIZE, "patch_size": 8},
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 24,
+            "pad_token_id": 0,
+            "bos_token_id": 2,
+            "eos_token_id": 3,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": CLIP_SIZE,
+            "patch_size": 8,
+        },
         projection_dim=32,
     )
     model = transformers.CLIPModel(config)
@@ -111,8 +126,14 @@ def build_tiny_clip(folder: Path, *, steps: int = 60) -> Path:
 
 
 def write_video(path: Path, frames: np.ndarray, fps: int = 8) -> Path:
-    writer = imageio_ffmpeg.write_frames(str(path), (frames.shape[2], frames.shape[1]), fps=fps, codec="libx264",
-                                         macro_block_size=16, ffmpeg_log_level="error")
+    writer = imageio_ffmpeg.write_frames(
+        str(path),
+        (frames.shape[2], frames.shape[1]),
+        fps=fps,
+        codec="libx264",
+        macro_block_size=16,
+        ffmpeg_log_level="error",
+    )
     writer.send(None)
     for frame in frames:
         writer.send(np.ascontiguousarray(frame).tobytes())
@@ -148,9 +169,9 @@ def test_scores_every_axis_deterministically_with_models_kept_resident(dqa_setti
     video = concept_video(tmp_path / "red.mp4", "red circle")
     residency = cpu_residency()
     grader = DQAGrader(settings=dqa_settings, residency=residency)
-    first, grade = grader(video=video, prompt="a red circle")
-    again, grade_again = grader(video=video, prompt="a red circle")
-    fresh, _ = DQAGrader(settings=dqa_settings, residency=cpu_residency())(video=video, prompt="a red circle")
+    first, grade = grader(actor=STUDIO, video=video, prompt="a red circle")
+    again, grade_again = grader(actor=STUDIO, video=video, prompt="a red circle")
+    fresh, _ = DQAGrader(settings=dqa_settings, residency=cpu_residency())(actor=STUDIO, video=video, prompt="a red circle")
     assert first == again == fresh and grade == grade_again
     assert set(first) >= {"semantic", "spatial", "benchmark", "multi_axis", "total", *BENCHMARK_METRICS, *MULTI_AXES}
     assert "preference" not in first  # no base model configured: the axis is off and its weight shared
@@ -164,9 +185,9 @@ def test_a_video_that_shows_its_prompt_scores_above_one_that_does_not(dqa_settin
     grader = DQAGrader(settings=dqa_settings, residency=cpu_residency())
     for name in CONCEPTS:
         video = concept_video(tmp_path / f"{name}.mp4", name)
-        match, _ = grader(video=video, prompt=f"a {name}")
+        match, _ = grader(actor=STUDIO, video=video, prompt=f"a {name}")
         for other in CONCEPTS.keys() - {name}:
-            mismatch, _ = grader(video=video, prompt=f"a {other}")
+            mismatch, _ = grader(actor=STUDIO, video=video, prompt=f"a {other}")
             assert match["semantic"] > mismatch["semantic"] + 0.2, (name, other)
             assert match["spatial"] >= mismatch["spatial"], (name, other)  # best of 14 regions: may saturate both
             assert match["total"] > mismatch["total"], (name, other)
@@ -176,25 +197,11 @@ def test_region_grounding_finds_a_small_subject_the_whole_frame_hides(dqa_settin
     rng = np.random.default_rng(3)
     small = [shape_image("blue square", rng=rng, centre=(14, 14), radius=9) for _ in range(5)]
     video = write_video(tmp_path / "small.mp4", np.stack(small))
-    scores, _ = DQAGrader(settings=dqa_settings, residency=cpu_residency())(video=video, prompt="a blue square")
+    scores, _ = DQAGrader(settings=dqa_settings, residency=cpu_residency())(actor=STUDIO, video=video, prompt="a blue square")
     assert scores["spatial"] > scores["semantic"] + 0.3
 
 
-
-
 # --- synthesis: grades and failure reasons --------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # --- what cannot be graded -------------------------------------------------------------------------------
@@ -206,21 +213,36 @@ def test_unreadable_videos_raise_a_clear_error(dqa_settings, tmp_path):
     (tmp_path / "junk.mp4").write_bytes(np.random.default_rng(0).bytes(4000))
     (tmp_path / "empty.mp4").write_bytes(b"")
     audio_only = tmp_path / "audio-only.mp4"  # a container with a stream, but no video frames
-    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-loglevel", "error", "-f", "lavfi", "-i",
-                    "anullsrc=r=16000:cl=mono", "-t", "0.3", "-c:a", "aac", str(audio_only)], check=True)
+    subprocess.run(
+        [
+            imageio_ffmpeg.get_ffmpeg_exe(),
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "anullsrc=r=16000:cl=mono",
+            "-t",
+            "0.3",
+            "-c:a",
+            "aac",
+            str(audio_only),
+        ],
+        check=True,
+    )
     grader = DQAGrader(settings=dqa_settings, residency=cpu_residency())
     expected = {
-        "truncated.mp4": "corrupt or truncated", "junk.mp4": "corrupt or truncated", "empty.mp4": "empty",
-        "audio-only.mp4": "no video frames", "missing.mp4": "does not exist",
+        "truncated.mp4": "corrupt or truncated",
+        "junk.mp4": "corrupt or truncated",
+        "empty.mp4": "empty",
+        "audio-only.mp4": "no video frames",
+        "missing.mp4": "does not exist",
     }
     for name, what in expected.items():
         with pytest.raises(VideoUnreadable, match=what) as caught:
-            grader(video=tmp_path / name, prompt="a green triangle")
+            grader(actor=STUDIO, video=tmp_path / name, prompt="a green triangle")
         assert "re-render" in str(caught.value)
     assert len(decode_video(tmp_path / "good.mp4")) == 9
-
-
-
 
 
 # --- mas grade VIDEO ---------------------------------------------------------------------------------------
@@ -234,13 +256,29 @@ def test_regrade_lays_out_every_axis_beside_the_stored_scores_and_writes_nothing
     concept_video(video_path, "green triangle")
     with session_scope(settings) as session:
         video = one_video(session, request="Create 1 video of a green triangle", concept="a green triangle")
-        session.add(Attempt(video_id=video.id, number=1, prompt="a green triangle", output_path=str(video_path),
-                            scores={"sharpness": 0.9, "total": 0.9}, grade="A", grader="preview"))
+        session.add(
+            Attempt(
+                video_id=video.id,
+                number=1,
+                prompt="a green triangle",
+                output_path=str(video_path),
+                scores={"sharpness": 0.9, "total": 0.9},
+                grade="A",
+                grader="preview",
+            )
+        )
         video_id = video.id
     result = regrade(settings, video_id, residency=cpu_residency())
     assert (result.attempt, result.stored_grade, result.stored_grader) == (1, "A", "preview")
     assert [row.name for row in result.rows] == [
-        "semantic", "spatial", "benchmark", *BENCHMARK_METRICS, "preference", "multi_axis", *MULTI_AXES, "total",
+        "semantic",
+        "spatial",
+        "benchmark",
+        *BENCHMARK_METRICS,
+        "preference",
+        "multi_axis",
+        *MULTI_AXES,
+        "total",
     ]
     weighted = {row.name: row.weight for row in result.rows if row.parent is None and row.name != "total"}
     assert weighted["preference"] == 0.0 and sum(weighted.values()) == pytest.approx(1.0)

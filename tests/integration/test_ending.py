@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db, names
+from mas.domain.identity import STUDIO
 from mas.domain.states import BatchStatus, VideoState
 from mas.memory import blocks
 from mas.models import AgentBuffer, Batch, Series, Video, WebhookEvent
@@ -90,16 +91,16 @@ def test_the_production_queue_block_counts_the_video_and_lists_it(clean):
     with db.session_scope(clean) as s:
         video, waiting = _videos(s)
         blocks.update(
-            clean,
+            clean, STUDIO,
             "production_queue",
             {"BATCH_ID": str(video.batch_id), "IN_PROGRESS": str(video.id)},
-            actor="director",
+            by="director",
             session=s,
         )
         video.state, video.grade = S.accepted, "A"
         s.flush()
         ending.production_queue_block(_ended(clean, s, video))
-    queue = blocks.read(clean, "production_queue")
+    queue = blocks.read(clean, STUDIO, "production_queue")
     assert queue["IN_PROGRESS"] is None and queue["BATCH_COMPLETE"] == 1
     assert [e["video_id"] for e in queue["COMPLETED_TODAY"]] == [video.id]
     assert queue["PENDING_VIDEOS"] == [waiting.id]

@@ -23,6 +23,7 @@ from gpu.maintenance import CLEANUP_JOB, remove_partial_renders
 from mas import names
 from mas.cli import main
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.domain.requests import ProductionRequest
 from mas.memory import recall
 from mas.models import (
@@ -74,10 +75,10 @@ def test_a_schedule_at_year_one_is_marked_and_parked_and_every_other_users_sched
     settings = _tries(clean)
     due = datetime.now(UTC) - timedelta(minutes=5)
     good = {
-        user: production.schedule(clean.for_user(user), _request(theme), run_at=due)
+        user: production.schedule(clean, Actor(user), _request(theme), run_at=due)
         for user, theme in (("ana", "herons"), ("ben", "kites"))
     }
-    later = production.schedule(clean.for_user("ana"), _request("owls"), run_at=datetime.now(UTC) + timedelta(hours=6))
+    later = production.schedule(clean, Actor("ana"), _request("owls"), run_at=datetime.now(UTC) + timedelta(hours=6))
     with session_scope(clean) as session:  # the earliest due schedule: the one the job used to stop on
         bad = session.execute(
             sa.text(
@@ -111,7 +112,7 @@ def test_a_schedule_at_year_one_is_marked_and_parked_and_every_other_users_sched
     assert f"schedule {bad} parked after 2 tries: DataError: timestamp too small" in listed.output
     status = CliRunner().invoke(main, ["status"])  # every job's bad rows, under the batch shown
     assert status.exit_code == 0 and f"schedules {bad}: parked after 2 tries" in status.output, status.output
-    later_row = production.schedule(clean.for_user("ben"), _request("moths"), run_at=datetime.now(UTC))
+    later_row = production.schedule(clean, Actor("ben"), _request("moths"), run_at=datetime.now(UTC))
     assert production.run_due_schedules(settings) == [3] and later_row != bad  # still no one held up
 
 

@@ -24,6 +24,7 @@ from starlette.testclient import TestClient
 from mas.accounts import users
 from mas.cli import main
 from mas.db import session_scope
+from mas.domain.identity import STUDIO, Actor
 from mas.domain.requests import ProductionRequest
 from mas.gallery import create_app
 from mas.models import Attempt, Batch, BatchStatus, IdempotencyKey, Schedule, Video, VideoState
@@ -101,24 +102,24 @@ def test_fifty_api_submits_at_once_pass_exactly_the_daily_quota_and_the_rest_are
 
 
 def test_fifty_submits_at_once_pass_exactly_the_batches_at_once_and_the_videos_waiting(clean, held):
-    bob = clean.changed(quota_batches_at_once=4).for_user("bob")  # the studio's defaults, no user row
+    bob = clean.changed(quota_batches_at_once=4), Actor("bob")  # the studio's defaults, no user row
 
-    def submit(settings):
+    def submit(settings, actor):
         def one(i: int):  # noqa: ARG001
             try:
-                return production.submit(settings, _request(2))
+                return production.submit(settings, actor, _request(2))
             except quotas.QuotaExceeded as exc:
                 return exc
 
         return one
 
-    outcomes = _all_at_once(submit(bob))
+    outcomes = _all_at_once(submit(*bob))
     assert sum(isinstance(o, int) for o in outcomes) == 4
     assert {o.retry_after for o in outcomes if not isinstance(o, int)} == {quotas.WAIT_HINT_SECONDS}
     assert _counts(clean)["batches"] == 4
 
-    carol = clean.changed(quota_videos_waiting=7).for_user("carol")
-    outcomes = _all_at_once(submit(carol))
+    carol = clean.changed(quota_videos_waiting=7), Actor("carol")
+    outcomes = _all_at_once(submit(*carol))
     assert sum(isinstance(o, int) for o in outcomes) == 3  # 3 x 2 videos of 7
     refused = [o for o in outcomes if not isinstance(o, int)]
     assert len(refused) == SUBMITTERS - 3 and "6 videos waiting and 2 more pass the 7 allowed" in str(refused[0])
@@ -144,39 +145,39 @@ def _plan_by_hand(settings, batch_id: int, states: list[VideoState]) -> list[int
 
 
 def test_videos_waiting_counts_unplanned_batches_whole_and_planned_ones_by_their_unfinished_videos(clean, held):
-    dana = clean.changed(quota_videos_waiting=5).for_user("dana")
-    first = production.submit(dana, _request(3))  # queued, not planned: its 3 count
+    dana = clean.changed(quota_videos_waiting=5), Actor("dana")
+    first = production.submit(*dana, _request(3))  # queued, not planned: its 3 count
     with pytest.raises(quotas.QuotaExceeded, match="3 videos waiting and 3 more pass the 5 allowed"):
-        production.submit(dana, _request(3))
+        production.submit(*dana, _request(3))
     S = VideoState
     _plan_by_hand(clean, first, [S.accepted, S.failed, S.rendering])  # one not yet ended
-    second = production.submit(dana, _request(3))
+    second = production.submit(*dana, _request(3))
     with pytest.raises(quotas.QuotaExceeded, match="4 videos waiting and 2 more"):
-        production.submit(dana, _request(2))
+        production.submit(*dana, _request(2))
     with pytest.raises(quotas.LargerThanQuota, match="asks for 6 videos and dana's quota allows 5 waiting"):
-        production.submit(dana, _request(6))
-    production.submit(clean.changed(quota_videos_waiting=5).for_user("erin"), _request(5))  # another's room
+        production.submit(*dana, _request(6))
+    production.submit(clean.changed(quota_videos_waiting=5), Actor("erin"), _request(5))  # another's room
     with session_scope(clean) as session:  # an ended batch's videos count no more, whatever their state
         session.execute(sa.update(Batch).where(Batch.id == second).values(status=BatchStatus.cancelled))
-    assert production.submit(dana, _request(4))
+    assert production.submit(*dana, _request(4))
     assert len(held) == 4
 
 
 def test_batches_at_once_counts_batches_not_yet_ended(clean, held):
-    frank = clean.changed(quota_batches_at_once=2).for_user("frank")
-    first, _ = production.submit(frank, _request(1)), production.submit(frank, _request(1))
+    frank = clean.changed(quota_batches_at_once=2), Actor("frank")
+    first, _ = production.submit(*frank, _request(1)), production.submit(*frank, _request(1))
     with pytest.raises(quotas.QuotaExceeded, match="2 batches not yet ended, of 2 at once") as refused:
-        production.submit(frank, _request(1))
+        production.submit(*frank, _request(1))
     assert refused.value.retry_after == quotas.WAIT_HINT_SECONDS and refused.value.retryable
     with session_scope(clean) as session:
         session.execute(sa.update(Batch).where(Batch.id == first).values(status=BatchStatus.paused))
     with pytest.raises(quotas.QuotaExceeded):
-        production.submit(frank, _request(1))  # paused is not ended
+        production.submit(*frank, _request(1))  # paused is not ended
     with session_scope(clean) as session:
         session.execute(sa.update(Batch).where(Batch.id == first).values(status=BatchStatus.done))
-    production.submit(frank, _request(1))
+    production.submit(*frank, _request(1))
     with pytest.raises(quotas.LargerThanQuota, match="allows no batch at all"):
-        production.submit(clean.changed(quota_batches_at_once=0).for_user("gina"), _request(1))
+        production.submit(clean.changed(quota_batches_at_once=0), Actor("gina"), _request(1))
     assert len(held) == 3
 
 
@@ -297,13 +298,13 @@ def test_users_set_changes_share_quotas_and_secret_and_list_shows_them(clean):
 
 
 def test_a_schedule_its_quotas_refuse_when_it_runs_ends_failed_with_the_reason(clean, held):
-    mia = clean.changed(quota_batches_at_once=1).for_user("mia")
-    production.submit(mia, _request(1))
+    mia = clean.changed(quota_batches_at_once=1), Actor("mia")
+    production.submit(*mia, _request(1))
     due = datetime.now(UTC) - timedelta(seconds=5)
-    refused = production.schedule(mia, _request(2, "moths"), run_at=due)
-    passes = production.schedule(clean.for_user("ned"), _request(2, "moths"), run_at=due)
-    made = production.run_due_schedules(mia)
-    assert len(made) == 1 and production.run_due_schedules(mia) == []  # refused once, not tried again
+    refused = production.schedule(*mia, _request(2, "moths"), run_at=due)
+    passes = production.schedule(clean, Actor("ned"), _request(2, "moths"), run_at=due)
+    made = production.run_due_schedules(mia[0])
+    assert len(made) == 1 and production.run_due_schedules(mia[0]) == []  # refused once, not tried again
     with session_scope(clean) as session:
         failed, sent = session.get(Schedule, refused), session.get(Schedule, passes)
         assert (failed.status, failed.batch_id, sent.status, sent.batch_id) == ("failed", None, "sent", made[0])
@@ -336,8 +337,8 @@ def _measured_renders(settings, seconds: list[float], *, backend: str) -> None:
 def test_a_batch_queued_behind_another_says_the_renders_ahead_and_when_each_may_start(clean, held):
     settings = clean.changed(write_ahead=2)
     http = TestClient(create_app(settings), raise_server_exceptions=False)
-    first = production.submit(settings, _request(3, "owls"))
-    second = production.submit(settings, _request(2, "moths"))
+    first = production.submit(settings, STUDIO, _request(3, "owls"))
+    second = production.submit(settings, STUDIO, _request(2, "moths"))
     a = _plan_by_hand(settings, first, [VideoState.waiting] * 3)
     b = _plan_by_hand(settings, second, [VideoState.waiting] * 2)
     with session_scope(settings) as session:
@@ -362,7 +363,7 @@ def test_a_batch_queued_behind_another_says_the_renders_ahead_and_when_each_may_
     assert video["renders_ahead"] == 3 and abs((start - asked).total_seconds() - 3 * 40) < 30
     assert f"video {b[0]} waits: 3 renders ahead, starts ~" in CliRunner().invoke(main, ["status", str(second)]).output
 
-    urgent = production.submit(settings, _request(2, "herons"), priority="high")  # an A/B test a person awaits
+    urgent = production.submit(settings, STUDIO, _request(2, "herons"), priority="high")  # an A/B test a person awaits
     _plan_by_hand(settings, urgent, [pacing.first_state("high")] * 2)
     assert {ahead for _, ahead, _ in where(second).values()} == {5, 6}  # the urgent work goes first
     with session_scope(settings) as session:
@@ -378,11 +379,11 @@ def test_a_newcomers_place_in_line_follows_the_fair_share(clean, held):
     from mas.reports import queries
 
     settings = clean.changed(write_ahead=1)
-    first = production.submit(settings.for_user("ana"), _request(5, "owls"))
+    first = production.submit(settings, Actor("ana"), _request(5, "owls"))
     a = _plan_by_hand(settings, first, [VideoState.waiting] * 5)
     with session_scope(settings) as session:
         assert [p.video_id for p, _ in pacing.release(settings, session)] == a[:1]
-    second = production.submit(settings.for_user("ben"), _request(1, "moths"))
+    second = production.submit(settings, Actor("ben"), _request(1, "moths"))
     (b,) = _plan_by_hand(settings, second, [VideoState.waiting])
     assert queries.batch_places(settings, second)[b].renders_ahead == 1  # ana's a[0], being written
     assert [queries.batch_places(settings, first)[v].renders_ahead for v in a] == [0, 2, 3, 4, 5]

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from mas import db
 from mas.cli import main
+from mas.domain.identity import Actor
 from mas.domain.requests import ProductionRequest
 from mas.models import Batch, Schedule
 from mas.pipeline.production import request_of, run_due_schedules, schedule
@@ -44,9 +45,9 @@ def test_an_ab_concept_is_taken_whole_and_runs_at_the_ab_priority(clean):
 
 
 def test_a_schedule_keeps_its_request_priority_and_user(clean):
-    alice = clean.for_user("alice")
-    request = ProductionRequest.series("A Series of Unfortunate Foxes", episodes=2, settings=alice)
-    due = schedule(alice, request, run_at=datetime.now(UTC) - timedelta(seconds=2), priority="high")
+    alice = Actor("alice")
+    request = ProductionRequest.series("A Series of Unfortunate Foxes", episodes=2, settings=clean)
+    due = schedule(clean, alice, request, run_at=datetime.now(UTC) - timedelta(seconds=2), priority="high")
     with db.session_scope(clean) as s:  # and one stored before requests were typed: read from its text
         s.add(Schedule(run_at=datetime.now(UTC) - timedelta(seconds=1), request="Create 2 videos of owls"))
     assert run_due_schedules(clean) == [1, 2]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mas.db import session_scope
+from mas.domain.identity import STUDIO, Actor
 from mas.learning.promotion import expect, served, tune_taste
 from mas.learning.taste import Option
 from mas.memory import blocks
@@ -19,73 +20,73 @@ COLOURS = ("purple", "orange", "teal", "gold", "crimson", "silver")
 CONCEPTS = ("a dragon", "a lighthouse", "a glacier", "a night market", "a comet", "a golem")
 
 
-def _pick_rows(settings, *, favourite: str, count: int, seed: int, flip=lambda position: False) -> None:  # noqa: ARG005
-    """`count` A/B picks by `settings.user`, who picks the variation in `favourite` colours, stored as `mas
+def _pick_rows(settings, actor, *, favourite: str, count: int, seed: int, flip=lambda position: False) -> None:  # noqa: ARG005
+    """`count` A/B picks by `actor`, who picks the variation in `favourite` colours, stored as `mas
     pick` stores them; `flip(position)` makes that pick the other way round."""
     rng = random.Random(seed)
     with session_scope(settings) as session:
-        already = session.query(ABSelection).filter(ABSelection.user_name == settings.user).count()
+        already = session.query(ABSelection).filter(ABSelection.user_name == actor.user).count()
         for i in range(count):
             concept = rng.choice(CONCEPTS)
             other = rng.choice([c for c in COLOURS if c != favourite])
             liked, disliked = f"{concept}, {favourite} palette", f"{concept}, {other} palette"
             if flip(already + i):
                 liked, disliked = disliked, liked
-            test = ABTest(concept=concept, status="closed", winner_label="A", user_name=settings.user)
+            test = ABTest(concept=concept, status="closed", winner_label="A", user_name=actor.user)
             session.add(test)
             session.flush()
             session.add(ABSelection(test_id=test.id, chosen_label="A", chosen_prompt=liked, rejected_prompts=[disliked],
-                                    concept=concept, user_name=settings.user))
+                                    concept=concept, user_name=actor.user))
 
 
-def _p_purple(settings) -> float:
+def _p_purple(settings, actor) -> float:
     options = {"A": Option(prompt="a hydra, purple palette"), "B": Option(prompt="a hydra, orange palette")}
-    current = served(settings)
+    current = served(settings, actor)
     return current.taste.choice_probabilities(list(options.values()), settings=settings)[0]
 
 
 def test_each_user_learns_their_own_taste_and_one_never_moves_the_other(clean):
     from mas.learning import preferences  # loads the Celery app: not at collection
 
-    alice, bob = clean.for_user("alice"), clean.for_user("bob")
-    _pick_rows(alice, favourite="purple", count=24, seed=1)
-    report = tune_taste(alice)
+    alice, bob = Actor("alice"), Actor("bob")
+    _pick_rows(clean, alice, favourite="purple", count=24, seed=1)
+    report = tune_taste(clean, alice)
     assert report.trained and report.promoted, report.reason
     assert report.judged_pairs == 24 and "over all 24 pairs of 24 picks" in report.reason
-    learned = _p_purple(alice)
+    learned = _p_purple(clean, alice)
     assert learned > 0.7  # a probability a person can read: purple over orange, on a concept never picked
-    assert expect(alice, {"A": Option(prompt="a hydra, orange palette"), "B": Option(prompt="a hydra, purple palette")}).label == "B"
-    assert served(bob).version is None and _p_purple(bob) == 0.5  # bob starts from the studio default
+    assert expect(clean, alice, {"A": Option(prompt="a hydra, orange palette"), "B": Option(prompt="a hydra, purple palette")}).label == "B"
+    assert served(clean, bob).version is None and _p_purple(clean, bob) == 0.5  # bob starts from the studio default
 
-    _pick_rows(bob, favourite="orange", count=24, seed=2)
-    assert tune_taste(bob).promoted
-    assert _p_purple(bob) < 0.3
-    assert served(alice).version == 1 and _p_purple(alice) == pytest.approx(learned)  # alice unchanged
+    _pick_rows(clean, bob, favourite="orange", count=24, seed=2)
+    assert tune_taste(clean, bob).promoted
+    assert _p_purple(clean, bob) < 0.3
+    assert served(clean, alice).version == 1 and _p_purple(clean, alice) == pytest.approx(learned)  # alice unchanged
 
     # the taste blocks are per user too; the studio's blocks stay shared
-    preferences.learn_style(alice, "I prefer dark moody aesthetics with purple and blue tones")
-    assert "purple" in blocks.read(alice, "user_style")["COLOR_PREFERENCES"]
-    assert blocks.read(bob, "user_style")["COLOR_PREFERENCES"] == ""
-    assert blocks.read(clean, "user_style")["COLOR_PREFERENCES"] == ""
-    blocks.set_field(alice, "quality_standards", "MAX_RETRIES", "5")
-    assert blocks.read(bob, "quality_standards")["MAX_RETRIES"] == 5
+    preferences.learn_style(clean, alice, "I prefer dark moody aesthetics with purple and blue tones")
+    assert "purple" in blocks.read(clean, alice, "user_style")["COLOR_PREFERENCES"]
+    assert blocks.read(clean, bob, "user_style")["COLOR_PREFERENCES"] == ""
+    assert blocks.read(clean, STUDIO, "user_style")["COLOR_PREFERENCES"] == ""
+    blocks.set_field(clean, alice, "quality_standards", "MAX_RETRIES", "5")
+    assert blocks.read(clean, bob, "quality_standards")["MAX_RETRIES"] == 5
 
 
 def test_a_new_version_follows_picks_since_the_served_one_and_a_tune_with_none_changes_nothing(clean):
-    carol = clean.for_user("carol")
-    _pick_rows(carol, favourite="purple", count=24, seed=3)
-    assert tune_taste(carol).promoted and _p_purple(carol) > 0.7
-    again = tune_taste(carol)
-    assert not again.trained and "no pick since taste v1" in again.reason and served(carol).version == 1
+    carol = Actor("carol")
+    _pick_rows(clean, carol, favourite="purple", count=24, seed=3)
+    assert tune_taste(clean, carol).promoted and _p_purple(clean, carol) > 0.7
+    again = tune_taste(clean, carol)
+    assert not again.trained and "no pick since taste v1" in again.reason and served(clean, carol).version == 1
 
     # then she turns to orange: v1 never saw these picks and gets them wrong; v2, fitted on every pick and
     # judged on the new ones predicted without each, follows her
-    _pick_rows(carol, favourite="orange", count=48, seed=4)
-    report = tune_taste(carol)
+    _pick_rows(clean, carol, favourite="orange", count=48, seed=4)
+    report = tune_taste(clean, carol)
     assert report.trained and report.promoted, report.reason
     assert report.judged_pairs == 48 and report.accuracy > report.current_accuracy
     assert "on the 48 pairs picked since taste v1 was fitted" in report.reason
-    assert served(carol).version == 2 and _p_purple(carol) < 0.5
+    assert served(clean, carol).version == 2 and _p_purple(clean, carol) < 0.5
 
 
 def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(clean):
@@ -94,12 +95,12 @@ def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(
     from mas.learning.promotion import judge, load_picks
     from mas.learning.taste import fit
 
-    liked, turned = clean.for_user("gwen"), clean.for_user("hal")
-    _pick_rows(liked, favourite="purple", count=24, seed=7)
-    _pick_rows(turned, favourite="purple", count=24, seed=8, flip=lambda position: True)  # noqa: ARG005
-    picks = load_picks(liked)
+    liked, turned = Actor("gwen"), Actor("hal")
+    _pick_rows(clean, liked, favourite="purple", count=24, seed=7)
+    _pick_rows(clean, turned, favourite="purple", count=24, seed=8, flip=lambda position: True)  # noqa: ARG005
+    picks = load_picks(clean, liked)
     serving, unseen = fit(picks[:16], settings=clean).taste, picks[16:]
-    worse = fit(load_picks(turned), settings=clean).taste
+    worse = fit(load_picks(clean, turned), settings=clean).taste
     current = serving.pair_log_likelihoods(unseen, settings=clean)
     candidate = worse.pair_log_likelihoods(unseen, settings=clean)
     one = np.arange(8)  # one pair per pick
@@ -121,13 +122,13 @@ def test_promotion_refuses_a_version_that_is_worse_on_picks_it_did_not_train_on(
 def test_a_user_with_no_picks_gets_the_default_and_a_clear_message(clean):
     from gpu.tuner import tune
 
-    dave = clean.for_user("dave")
-    _pick_rows(clean.for_user("erin"), favourite="gold", count=12, seed=5)  # someone else's picks do not count
-    report = tune(dave)
+    dave = Actor("dave")
+    _pick_rows(clean, Actor("erin"), favourite="gold", count=12, seed=5)  # someone else's picks do not count
+    report = tune(clean, dave)
     assert not report.trained and report.taste is None and report.pairs == 0
     assert "dave: 0 preference pairs" in report.reason and "studio default serves this user" in report.reason
-    assert served(dave).version is None
-    assert expect(dave, {"A": Option(prompt="x"), "B": Option(prompt="y")}).label is None
+    assert served(clean, dave).version is None
+    assert expect(clean, dave, {"A": Option(prompt="x"), "B": Option(prompt="y")}).label is None
 
 
 def test_a_user_name_that_cannot_name_rows_is_refused(clean):
@@ -137,7 +138,7 @@ def test_a_user_name_that_cannot_name_rows_is_refused(clean):
 
     result = CliRunner().invoke(main, ["style", "--user", "no spaces please", "I like purple"])
     assert result.exit_code == 2 and "user name" in result.output
-    assert blocks.read(clean, "user_style")["COLOR_PREFERENCES"] == ""
+    assert blocks.read(clean, STUDIO, "user_style")["COLOR_PREFERENCES"] == ""
 
 
 @pytest.mark.usefixtures("clean")
@@ -157,16 +158,16 @@ def test_style_and_memory_commands_read_and_teach_the_named_user():
 def test_a_version_stored_on_other_features_serves_as_the_default_until_refitted(clean):
     from mas.models import TasteModel
 
-    frank = clean.for_user("frank")
-    with session_scope(frank) as session:
+    frank = Actor("frank")
+    with session_scope(clean) as session:
         session.add(TasteModel(user_name="frank", version=1, pairs_used=8, heldout_pairs=2, heldout_accuracy=1.0,
                                promoted=True, reason="an older release", model={"features": ["embedding[0]"],
                                "weights": [1.0], "pairs": 8, "regularisation": 1.0, "temperature": 1.0}))
-    assert served(frank).version is None
-    assert expect(frank, {"A": Option(prompt="x"), "B": Option(prompt="y")}).label is None
-    _pick_rows(frank, favourite="purple", count=24, seed=6)
-    report = tune_taste(frank)
-    assert report.promoted and "studio default" in report.reason and served(frank).version == 2
+    assert served(clean, frank).version is None
+    assert expect(clean, frank, {"A": Option(prompt="x"), "B": Option(prompt="y")}).label is None
+    _pick_rows(clean, frank, favourite="purple", count=24, seed=6)
+    report = tune_taste(clean, frank)
+    assert report.promoted and "studio default" in report.reason and served(clean, frank).version == 2
 
 
 

@@ -20,6 +20,7 @@ from gpu.preference_model import METADATA_FILE, PROMPT_TEMPLATE, PreferenceModel
 from gpu.residency import Residency
 from gpu.tuner import TunerConfig, load_pairs, tune
 from mas.db import session_scope
+from mas.domain.identity import STUDIO
 from mas.models import ABSelection, ABTest, TasteModel, TrainedAdapter
 from tests.integration.test_dqa import build_tiny_clip, concept_video, train_tokenizer
 
@@ -118,7 +119,7 @@ USER = SimulatedUser(TASTE)
 def test_too_few_pairs_trains_nothing(tuner_settings):
     record(tuner_settings, choices(USER, count=5, seed=1))
     for dry_run in (False, True):
-        report = tune(tuner_settings, dry_run=dry_run, config=TINY)
+        report = tune(tuner_settings, STUDIO, dry_run=dry_run, config=TINY)
         assert not report.trained and not report.promoted
         assert (report.pairs, report.needed_pairs) == (5, 8)
         assert "5 preference pairs" in report.reason and "8 needed" in report.reason
@@ -130,14 +131,14 @@ def test_too_few_pairs_trains_nothing(tuner_settings):
 def test_with_no_base_model_the_tune_fits_the_taste_and_never_takes_the_gpu(clean):
     settings = clean.model_copy(update={"min_preference_pairs": 8})
     record(settings, choices(USER, count=12, seed=4))
-    report = tune(settings, gpu_turn=lambda: pytest.fail("took the GPU"))
+    report = tune(settings, STUDIO, gpu_turn=lambda: pytest.fail("took the GPU"))
     assert report.taste is not None and report.taste.trained and not report.trained
     assert "MAS_PREFERENCE_BASE_MODEL_PATH names no base model" in report.reason
 
 
 def test_dry_run_says_what_it_would_do(tuner_settings):
     record(tuner_settings, choices(USER, count=12, seed=2))
-    report = tune(tuner_settings, dry_run=True, config=TINY)
+    report = tune(tuner_settings, STUDIO, dry_run=True, config=TINY)
     assert not report.trained and (report.train_pairs, report.heldout_pairs) == (9, 3)
     assert report.reason.startswith("dry run: would train on 9 pairs") and "peft + trl" in report.reason
     with session_scope(tuner_settings) as session:
@@ -150,7 +151,7 @@ def test_dpo_learns_the_taste_is_promoted_serves_grading_and_a_worse_adapter_is_
     tuner_settings, lm_folder, tmp_path
 ):
     record(tuner_settings, choices(USER, count=32, seed=3))
-    assert len(load_pairs(tuner_settings)) == 32
+    assert len(load_pairs(tuner_settings, STUDIO)) == 32
 
     turns = []
 
@@ -160,7 +161,7 @@ def test_dpo_learns_the_taste_is_promoted_serves_grading_and_a_worse_adapter_is_
             turns.append(session.scalar(sa.select(sa.func.count()).select_from(TasteModel)))
         yield
 
-    first = tune(tuner_settings, config=TINY, gpu_turn=gpu_turn)
+    first = tune(tuner_settings, STUDIO, config=TINY, gpu_turn=gpu_turn)
     assert turns == [1]  # one GPU turn, for DPO only
     assert first.trained and first.promoted and first.version == 1 and first.backend == "peft"
     assert (first.train_pairs, first.heldout_pairs) == (24, 8)
@@ -172,7 +173,7 @@ def test_dpo_learns_the_taste_is_promoted_serves_grading_and_a_worse_adapter_is_
     unseen = choices(USER, count=60, seed=99, concepts=("a hydra", "a centaur", "a basilisk"))
     reloaded = PreferenceModel.load(base=lm_folder, adapter=adapter)
     assert reloaded.accuracy(unseen) >= 0.7
-    promoted = promoted_adapter(tuner_settings, base=lm_folder)
+    promoted = promoted_adapter(tuner_settings, STUDIO, base=lm_folder)
     assert promoted is not None and promoted.version == 1 and promoted.path == adapter
 
     # the DQA preference axis now comes from the promoted adapter, resident beside CLIP
@@ -181,19 +182,19 @@ def test_dpo_learns_the_taste_is_promoted_serves_grading_and_a_worse_adapter_is_
     residency = Residency(budget_bytes=None, device="cpu")
     grader = DQAGrader(settings=graded, residency=residency)
     video = concept_video(tmp_path / "dragon.mp4", "red circle", frames=4)
-    liked, _ = grader(video=video, concept="a dragon",
+    liked, _ = grader(actor=STUDIO, video=video, concept="a dragon",
                       prompt="a dragon, close-up portrait, purple palette, moody atmosphere")
-    disliked, _ = grader(video=video, concept="a dragon",
+    disliked, _ = grader(actor=STUDIO, video=video, concept="a dragon",
                          prompt="a dragon, handheld tracking shot, orange palette, cheerful atmosphere")
     assert liked["preference"] > disliked["preference"] and liked["total"] > disliked["total"]
     assert residency.stats().loads == 2  # CLIP and the preference model, each loaded once for both videos
 
     # an adapter that learned nothing (learning rate 1e-9) is recorded but not promoted
-    worse = tune(tuner_settings, config=replace(TINY, learning_rate=1e-9, epochs=1))
+    worse = tune(tuner_settings, STUDIO, config=replace(TINY, learning_rate=1e-9, epochs=1))
     assert worse.trained and not worse.promoted and worse.version == 2
     assert worse.current_version == 1 and worse.heldout_accuracy < worse.current_accuracy
     assert "not promoted" in worse.reason
-    assert promoted_adapter(tuner_settings, base=lm_folder).version == 1
+    assert promoted_adapter(tuner_settings, STUDIO, base=lm_folder).version == 1
     with session_scope(tuner_settings) as session:
         rows = session.execute(sa.select(TrainedAdapter.version, TrainedAdapter.promoted, TrainedAdapter.pairs_used)
                                .order_by(TrainedAdapter.version)).all()

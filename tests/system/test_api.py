@@ -23,6 +23,7 @@ from mas import names
 from mas.api.idempotency import fingerprint
 from mas.api.schemas import BatchRequest
 from mas.db import session_scope
+from mas.domain.identity import STUDIO
 from mas.gallery import GalleryError, create_app, server
 from mas.models import ABSelection, Batch, IdempotencyKey, Schedule
 from tests.harness.processes import wait_for
@@ -319,7 +320,7 @@ def _left_busy(settings, key: str, body: dict) -> None:
     """The key as a submit that died between its claim and its end leaves it: claimed, with no batch."""
     with session_scope(settings) as session:
         digest = fingerprint(BatchRequest(**body).model_dump(mode="json"))
-        session.add(IdempotencyKey(user_name=settings.user, key=key, request_hash=digest))
+        session.add(IdempotencyKey(user_name=STUDIO.user, key=key, request_hash=digest))
 
 
 def _waiting_on_keys(engine: sa.Engine) -> int:
@@ -358,7 +359,7 @@ def test_a_key_left_busy_answers_busy_until_its_bound_then_one_retry_takes_it(cl
     made = next(reply.json() for reply in replies if reply.status_code == 201)
     assert _count(settings, Batch) == 1
     with session_scope(settings) as session:
-        assert session.get_one(IdempotencyKey, (settings.user, "order-9")).batch_id == made["batch_id"]
+        assert session.get_one(IdempotencyKey, (STUDIO.user, "order-9")).batch_id == made["batch_id"]
 
 
 def test_the_maintenance_job_deletes_only_expired_keys(clean):
@@ -368,7 +369,7 @@ def test_the_maintenance_job_deletes_only_expired_keys(clean):
     settings = clean.changed(idempotency_key_hours=1)
     with session_scope(settings) as session:
         for key, batch_id in (("old-done", 1), ("old-busy", None), ("young", 2), ("young-busy", None)):
-            session.add(IdempotencyKey(user_name=settings.user, key=key, request_hash="h", batch_id=batch_id))
+            session.add(IdempotencyKey(user_name=STUDIO.user, key=key, request_hash="h", batch_id=batch_id))
     _age(settings, "old-done", timedelta(minutes=61))
     _age(settings, "old-busy", timedelta(hours=30))
     _age(settings, "young", timedelta(minutes=59))

@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db
+from mas.domain.identity import STUDIO
 from mas.models import Batch, VideoState
 from mas.pipeline import leases
 from mas.runtime import services
@@ -175,7 +176,7 @@ def test_an_event_stream_rides_through_a_database_restart_saying_so(data_dir):
             _comments_until(stream, "database failing over")
             assert next(stream).comment == "database failing over"  # said at each poll while it waits
             services.start_postgres(settings)
-            batch_id = new_batch(settings, settings.user)
+            batch_id = new_batch(settings, STUDIO.user)
             comments, first = [], next(stream)
             while first.event is None:
                 comments.append(first.comment)

@@ -6,7 +6,6 @@ keeps executing a prompt whose client died, as the real server does, and counts 
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import time
@@ -21,7 +20,9 @@ from mas.models import Attempt, Batch, BatchStatus, Video, VideoState
 from tests.studio import IsolatedStudio
 
 SCALED = {  # production: heartbeat 10 s, expiry 60 s, reconcile every 60 s for videos idle 120 s
-    "MAS_LEASE_HEARTBEAT_SECONDS": "0.5", "MAS_LEASE_EXPIRY_SECONDS": "2", "MAS_RECONCILE_EVERY_SECONDS": "1",
+    "MAS_LEASE_HEARTBEAT_SECONDS": "0.5",
+    "MAS_LEASE_EXPIRY_SECONDS": "2",
+    "MAS_RECONCILE_EVERY_SECONDS": "1",
     "MAS_RECONCILE_AFTER_SECONDS": "3",
 }
 FINAL = (VideoState.accepted, VideoState.failed, VideoState.cancelled)
@@ -49,14 +50,15 @@ def _log_count(studio: IsolatedStudio, text: str) -> int:
 
 
 def _comfyui_env(server, tmp: Path) -> dict[str, str]:
-    template = tmp / "workflow.json"
-    template.write_text(json.dumps({
-        "5222": {"class_type": "PrimitiveStringMultiline", "inputs": {"value": "placeholder"}},
-        "5232:5158": {"class_type": "RandomNoise", "inputs": {"noise_seed": 0}},
-        "5075": {"class_type": "SaveVideo", "inputs": {"filename_prefix": "LTX_2"}},
-    }))
-    return dict(MAS_VIDEO_BACKEND="comfyui", MAS_COMFYUI_WORKFLOW=str(template), MAS_COMFYUI_URL=server.url,
-                MAS_COMFYUI_RETRIES="0", **SCALED)
+    from tests.comfyui_server import write_workflow
+
+    return dict(
+        MAS_VIDEO_BACKEND="comfyui",
+        MAS_COMFYUI_WORKFLOW=str(write_workflow(tmp / "workflow.json")),
+        MAS_COMFYUI_URL=server.url,
+        MAS_COMFYUI_RETRIES="0",
+        **SCALED,
+    )
 
 
 def _stand_in(tmp: Path, *, render_seconds: float):
@@ -99,7 +101,9 @@ def test_renders_that_together_outlast_every_threshold_are_never_taken_for_lost(
 def studio_renders(studio: IsolatedStudio) -> int:
     """Renders that ran to the end (a duplicate delivery that found the work done or running is not one)."""
     return sum(
-        1 for w in studio.workers for line in w.log.read_text().splitlines()
+        1
+        for w in studio.workers
+        for line in w.log.read_text().splitlines()
         if re.search(r"render of video \d+ attempt \d+ rendered in", line)
     )
 
@@ -116,8 +120,9 @@ def test_duplicate_deliveries_resume_and_recover_render_each_attempt_once(data_d
             studio.worker("gpu")
             studio.worker("gpu")  # a second gpu worker: two deliveries really run at once
             batch_id = studio.enqueue("Create 3 videos of glaciers")
-            studio.wait_until(lambda: any(v.state == VideoState.rendering for v in studio.videos(batch_id)),
-                              what="a render to start")
+            studio.wait_until(
+                lambda: any(v.state == VideoState.rendering for v in studio.videos(batch_id)), what="a render to start"
+            )
             video = next(v for v in studio.videos(batch_id) if v.state == VideoState.rendering)
             sender = app_for(studio.settings)
             payload = StepPayload(video_id=video.id, attempt=video.attempt_count)
@@ -161,8 +166,11 @@ def test_cancel_during_a_render_stops_it_and_nothing_of_the_batch_runs_again(dat
             running = server.running_prompt()
             result = studio.mas("cancel", str(batch_id))
             assert result.returncode == 0, result.stderr
-            studio.wait_until(lambda: server.running_prompt() is None and not server.pending_prompts(),
-                              timeout=15, what="ComfyUI to be idle")
+            studio.wait_until(
+                lambda: server.running_prompt() is None and not server.pending_prompts(),
+                timeout=15,
+                what="ComfyUI to be idle",
+            )
             assert running in [i.get("prompt_id") for i in server.interrupts]  # the targeted interrupt
             submitted = len(server.queued)
             for command in (("recover",), ("resume", "--yes")):

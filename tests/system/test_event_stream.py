@@ -26,6 +26,7 @@ from starlette.testclient import TestClient
 from mas import locks, names
 from mas.accounts import users
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.domain.requests import ProductionRequest
 from mas.domain.states import BatchStatus, VideoState
 from mas.gallery import create_app
@@ -100,13 +101,15 @@ def _waiting_for_the_event_logs_lock(settings) -> bool:
     """Whether a transaction is queued for the event log's advisory lock (pg_locks splits its 64-bit key)."""
     key = locks.lock_key(names.EVENT_LOG_LOCK)
     with session_scope(settings) as session:
-        return bool(session.scalar(
-            sa.text(
-                "select count(*) from pg_locks where locktype = 'advisory' and not granted and objsubid = 1"
-                " and classid::bigint = :high and objid::bigint = :low"
-            ),
-            {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF},
-        ))
+        return bool(
+            session.scalar(
+                sa.text(
+                    "select count(*) from pg_locks where locktype = 'advisory' and not granted and objsubid = 1"
+                    " and classid::bigint = :high and objid::bigint = :low"
+                ),
+                {"high": (key >> 32) & 0xFFFFFFFF, "low": key & 0xFFFFFFFF},
+            )
+        )
 
 
 def logged(settings, after: int = 0) -> list[tuple[int, str, int | None]]:
@@ -319,7 +322,7 @@ def test_render_progress_streams_without_an_id_to_its_owner_and_is_never_replaye
         """What a render's progress thread does (gpu.progress), for a render of `user`'s batch."""
         task = SimpleNamespace(request=SimpleNamespace(id=f"task-{video_id}"), update_state=lambda **_: None)
         run = SimpleNamespace(
-            task=task, video_id=video_id, attempt=1, settings=settings.for_user(user), step=SimpleNamespace(name="render"),
+            task=task, video_id=video_id, attempt=1, settings=settings, actor=Actor(user), step=SimpleNamespace(name="render"),
             payload=SimpleNamespace(to_json=lambda: {"video_id": video_id, "attempt": 1}), describe=lambda: "a render",
         )  # fmt: skip
         publisher = ProgressPublisher(run, batch_id=batch_id)  # type: ignore[arg-type]

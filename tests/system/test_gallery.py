@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 
 from mas.cli import main
 from mas.db import session_scope
+from mas.domain.identity import STUDIO, Actor
 from mas.gallery import GalleryError, create_app, serve, server
 from mas.gallery.frames import FRAME_HEIGHT, STRIP_FRAMES, _strip
 from mas.memory import blocks
@@ -119,7 +120,7 @@ def snapshot(settings) -> tuple:
     with session_scope(settings) as s:
         selections = s.scalar(sa.select(sa.func.count()).select_from(ABSelection))
         tests = s.execute(sa.select(ABTest.id, ABTest.status, ABTest.winner_label).order_by(ABTest.id)).all()
-    return blocks.read_all(settings), selections, tests
+    return blocks.read_all(settings, STUDIO), selections, tests
 
 
 def test_index_lists_batches_series_tests_and_learned_style(client, studio):
@@ -207,7 +208,7 @@ def memory_tables(settings) -> tuple:
 
 
 def test_opening_the_gallery_as_a_new_user_writes_nothing(settings):
-    newcomer = TestClient(create_app(settings.for_user("gallery-newcomer")))
+    newcomer = TestClient(create_app(settings, operator=Actor("gallery-newcomer")))
     wait_quiet(settings)  # the module's batches have ended and their last listeners written the blocks
     before = memory_tables(settings)
     for path in ("/", "/memory"):
@@ -224,9 +225,9 @@ def test_memory_page_shows_the_six_blocks_read_only(client, settings):
     for label in blocks.SCHEMAS:
         assert f'id="block-{label}"' in page.text
     assert "purple, blue" in page.text and "MIN_ACCEPTABLE_GRADE" in page.text
-    before = blocks.read_all(settings)
+    before = blocks.read_all(settings, STUDIO)
     assert client.post("/memory").status_code == 405
-    assert blocks.read_all(settings) == before
+    assert blocks.read_all(settings, STUDIO) == before
 
 
 @pytest.mark.parametrize(
@@ -322,7 +323,7 @@ def test_ab_page_shows_the_variations_side_by_side_and_a_pick_records_the_winner
 
     picked = client.post(f"/ab/{studio.test}/pick/b", headers=origin, follow_redirects=False)
     assert picked.status_code == 303 and picked.headers["location"] == f"/ab/{studio.test}"
-    ab = blocks.read(settings, "ab_testing")
+    ab = blocks.read(settings, STUDIO, "ab_testing")
     assert ab["USER_SELECTIONS"][-1]["test"] == str(studio.test) and ab["USER_SELECTIONS"][-1]["label"] == "B"
     with session_scope(settings) as s:
         test = s.get(ABTest, studio.test)
@@ -498,7 +499,7 @@ def test_a_member_finds_nothing_of_another_members_work_on_any_route(settings, s
         video = videos_of(settings, studio.batch)[0]
         a_objects = {"batch_id": studio.batch, "series_id": studio.series, "test_id": studio.test,
                      "video_id": video.id, "path": Path(video.output_path).relative_to(settings.videos_dir).as_posix(),
-                     "item_id": style_book.entries(settings)[0].id}  # fmt: skip
+                     "item_id": style_book.entries(settings, STUDIO)[0].id}  # fmt: skip
         body = {"/api/v1/batches": {"theme": "owls", "count": 1, "user": "default"}, "/api/v1/ab/{test_id}/pick": {"label": "A", "user": "default"},
                 "/api/v1/style/items": {"words": "lanterns", "polarity": "liked"}}
         wait_quiet(settings)  # the module's batches write their last memories after they end

@@ -18,6 +18,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from mas.cli import main
 from mas.db import session_scope
+from mas.domain.identity import STUDIO
 from mas.memory import blocks
 from mas.models import ABTest, ABVariation, Batch, StudioEvent, Video
 from tests.harness.gallery import served_gallery
@@ -125,7 +126,7 @@ def test_open_a_finished_batch_and_pick_an_ab_winner(settings, gallery_url, brow
     with session_scope(settings) as s:
         test_id = s.get(Batch, batch_id).ab_test_id
         picked_video = s.scalar(sa.select(Video.id).where(Video.batch_id == batch_id, Video.label == "B"))
-    before = blocks.read(settings, "ab_testing")
+    before = blocks.read(settings, STUDIO, "ab_testing")
     assert before["ACTIVE_TEST"] == str(test_id)
     page.screenshot(path=ARTIFACTS / "gallery-ab-open.png", full_page=True, animations="disabled")
 
@@ -135,7 +136,7 @@ def test_open_a_finished_batch_and_pick_an_ab_winner(settings, gallery_url, brow
     expect(page.locator(f'[data-video="{picked_video}"]')).to_have_class("card winner")
     page.screenshot(path=ARTIFACTS / "gallery-ab.png", full_page=True, animations="disabled")
 
-    after = blocks.read(settings, "ab_testing")
+    after = blocks.read(settings, STUDIO, "ab_testing")
     assert after["USER_SELECTIONS"][-1]["test"] == str(test_id) and after["USER_SELECTIONS"][-1]["label"] == "B"
     assert after["ACTIVE_TEST"] is None and len(after["USER_SELECTIONS"]) == len(before["USER_SELECTIONS"]) + 1
     with session_scope(settings) as s:
@@ -172,11 +173,11 @@ def test_turn_a_style_item_round_and_remove_one_on_the_memory_page(clean, galler
     flipped = page.locator("#style-items tr[data-item]", has_text="rules out: purple (colour)")
     expect(flipped).to_contain_text("corrected by the user")
     expect(flipped).to_contain_text("before: purple, liked (read from feedback by the studio's rules)")
-    assert blocks.read(clean, "user_style")["DISLIKED_ELEMENTS"] == ["handheld camera", "purple"]
+    assert blocks.read(clean, STUDIO, "user_style")["DISLIKED_ELEMENTS"] == ["handheld camera", "purple"]
     docs = Path(__file__).resolve().parents[2] / "docs" / "images"
     page.locator("#style-items").screenshot(path=docs / "memory-page.png", animations="disabled")
 
     items.filter(has_text="handheld camera").get_by_role("button", name="Remove").click()
     expect(page.locator("#style-items tr[data-item]")).to_have_count(3)
-    assert blocks.read(clean, "user_style")["DISLIKED_ELEMENTS"] == ["purple"]
+    assert blocks.read(clean, STUDIO, "user_style")["DISLIKED_ELEMENTS"] == ["purple"]
     assert script_errors == []

@@ -42,6 +42,7 @@ from mas.agents.offline import (
 from mas.agents.reading import as_reply
 from mas.agents.replies import parse_json_object
 from mas.agents.roles import ReviewBrief, WriterBrief
+from mas.domain.identity import STUDIO, Actor
 from mas.domain.requests import ProductionRequest
 from mas.errors import RetryableError
 from mas.memory import blocks as studio_blocks
@@ -266,7 +267,7 @@ def api(letta_settings):
 @pytest.fixture(scope="module")
 def provisioned(letta_settings, api):  # noqa: ARG001  # `api`: the server is up
     """The first provisioning of the fresh server (the module's tests run against what it made)."""
-    return backend.provision(letta_settings)
+    return backend.provision(letta_settings, STUDIO)
 
 
 def _all_agents(api) -> list:
@@ -284,7 +285,7 @@ def test_provisioning_creates_the_studio_once(letta_settings, api, provisioned):
     assert set(provisioned.blocks) == set(SCHEMAS) and set(provisioned.agents) == set(crew)
 
     # the six blocks hold their Appendix B defaults as JSON and are shared by every agent and companion
-    store = backend.LettaBlockStore(letta_settings)
+    store = backend.LettaBlockStore(letta_settings, STUDIO)
     for label in SCHEMAS:
         value = store.read(label)
         expected = defaults(label, letta_settings)
@@ -306,12 +307,12 @@ def test_provisioning_creates_the_studio_once(letta_settings, api, provisioned):
     # provisioning again finds everything: nothing created, nothing changed, no duplicates
     agents_before = sorted(a.id for a in _all_agents(api))
     blocks_before = sorted(b.id for b in api.blocks.list(tags=["mas"]))
-    again = backend.provision(letta_settings)
+    again = backend.provision(letta_settings, STUDIO)
     assert again.created == [] and again.changed == []
     assert again.blocks == provisioned.blocks and again.agents == provisioned.agents
     assert sorted(a.id for a in _all_agents(api)) == agents_before and len(agents_before) == 12
     assert sorted(b.id for b in api.blocks.list(tags=["mas"])) == blocks_before and len(blocks_before) == 6
-    assert backend.find(letta_settings) == backend.Provisioned(blocks=again.blocks, agents=again.agents)
+    assert backend.find(letta_settings, STUDIO) == backend.Provisioned(blocks=again.blocks, agents=again.agents)
 
 
 def test_provisioning_repairs_drift_and_applies_the_frequency(letta_settings, api, provisioned):
@@ -321,7 +322,7 @@ def test_provisioning_repairs_drift_and_applies_the_frequency(letta_settings, ap
     api.agents.update(companion, message_buffer_autoclear=False)
     backend.set_sleeptime_frequency(api, writer.group_id, 2)
 
-    repaired = backend.provision(letta_settings.model_copy(update={"sleeptime_frequency": 7}))
+    repaired = backend.provision(letta_settings.model_copy(update={"sleeptime_frequency": 7}), STUDIO)
     assert repaired.created == []
     assert "writer: attached block ab_testing" in repaired.changed
     assert "writer-sleeptime: message_buffer_autoclear on" in repaired.changed
@@ -330,13 +331,13 @@ def test_provisioning_repairs_drift_and_applies_the_frequency(letta_settings, ap
     assert api.agents.retrieve(companion).message_buffer_autoclear is True
     assert all(backend.sleeptime_frequency(api, ids.group_id) == 7 for ids in repaired.agents.values())
 
-    back = backend.provision(letta_settings)  # and back to the settings' 5
+    back = backend.provision(letta_settings, STUDIO)  # and back to the settings' 5
     assert all(backend.sleeptime_frequency(api, ids.group_id) == 5 for ids in back.agents.values())
-    assert backend.provision(letta_settings).changed == []
+    assert backend.provision(letta_settings, STUDIO).changed == []
 
 
 def test_status_reports_agents_blocks_counts_and_frequency_without_the_token(letta_settings, provisioned):
-    state = backend.status(letta_settings)
+    state = backend.status(letta_settings, STUDIO)
     assert state.healthy and state.version == LETTA_VERSION and state.provisioned
     assert state.blocks == provisioned.blocks
     for agent in state.agents:
@@ -351,7 +352,7 @@ def test_status_reports_agents_blocks_counts_and_frequency_without_the_token(let
 def test_a_wrong_token_is_a_clear_error_that_does_not_print_the_token(letta_settings):
     wrong = letta_settings.model_copy(update={"letta_token": SecretStr("not-the-token")})
     with pytest.raises(backend.LettaError) as caught:
-        backend.find(wrong)
+        backend.find(wrong, STUDIO)
     assert "MAS_LETTA_TOKEN" in str(caught.value) and "not-the-token" not in str(caught.value)
     assert not isinstance(caught.value, RetryableError)
     assert backend.health(wrong).ok is False and "MAS_LETTA_TOKEN" in backend.health(wrong).detail
@@ -369,7 +370,7 @@ def _brief(attempt: int = 1) -> WriterBrief:
 
 
 def test_every_role_call_goes_through_letta_and_reads_the_structured_reply(letta_settings, letta_server, provisioned):
-    crew = backend.letta_agents(letta_settings)
+    crew = backend.letta_agents(letta_settings, STUDIO)
     llm = letta_server.llm
     before = llm.count("role")
 
@@ -417,7 +418,7 @@ def test_an_agent_without_send_message_answers_with_an_assistant_message(api):
 
 @pytest.mark.usefixtures("provisioned")
 def test_an_unparseable_reply_is_a_retryable_failure(letta_settings, letta_server):
-    crew = backend.letta_agents(letta_settings)
+    crew = backend.letta_agents(letta_settings, STUDIO)
     letta_server.llm.garbage_replies = 1
     with pytest.raises(backend.LettaReplyError) as caught:
         crew.cameraman.review(ReviewBrief(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3))
@@ -433,17 +434,17 @@ def test_a_refinement_never_exceeds_max_retries(letta_settings, monkeypatch):
     from tests import letta_llm
 
     monkeypatch.setattr(letta_llm, "answer_task", lambda task, payload: {"action": "refine", "failure_reasons": ["soft"], "strategy": "sharpen"})  # noqa: ARG005
-    verdict = backend.letta_agents(letta_settings).cameraman.review(ReviewBrief(grade="F", scores={}, min_grade="B", attempt=3, max_retries=3))
+    verdict = backend.letta_agents(letta_settings, STUDIO).cameraman.review(ReviewBrief(grade="F", scores={}, min_grade="B", attempt=3, max_retries=3))
     # the grader's reasons (none weak: no scores) first, then the model's
     assert verdict.action == "fail" and verdict.failure_reasons == ["below the minimum grade on every axis", "soft"]
 
 
 def test_an_unreachable_server_is_a_retryable_failure_and_an_unhealthy_status(down_settings):
     with pytest.raises(backend.LettaUnavailable) as caught:
-        backend.letta_agents(down_settings, serialize=False).writer.write(_brief())
+        backend.letta_agents(down_settings, STUDIO, serialize=False).writer.write(_brief())
     assert isinstance(caught.value, RetryableError) and "unreachable" in str(caught.value)
     assert backend.health(down_settings).ok is False
-    state = backend.status(down_settings)
+    state = backend.status(down_settings, STUDIO)
     assert not state.healthy and not state.provisioned and "unreachable" in state.error
 
 
@@ -469,8 +470,8 @@ def test_sleeptime_companions_run_every_n_turns_and_start_from_a_clear_buffer(le
     llm = letta_server.llm
     writer = provisioned.agents["writer"]
     companion = writer.sleeptime_ids[0]
-    crew = backend.letta_agents(letta_settings)
-    store = backend.LettaBlockStore(letta_settings)
+    crew = backend.letta_agents(letta_settings, STUDIO)
+    store = backend.LettaBlockStore(letta_settings, STUDIO)
     store.update("session_state", {"LAST_ACTIVITY": "2000-01-01T00:00:00+00:00"})
 
     def runs() -> list[dict]:  # the first step of each sleeptime run, as the stand-in saw it
@@ -500,14 +501,14 @@ def test_sleeptime_companions_run_every_n_turns_and_start_from_a_clear_buffer(le
         _wait(lambda: _idle(api, companion), what="the sleeptime run to finish")
         assert runs()[seen]["messages"] > 2
     finally:
-        assert backend.provision(letta_settings).changed == ["writer-sleeptime: message_buffer_autoclear on"]
+        assert backend.provision(letta_settings, STUDIO).changed == ["writer-sleeptime: message_buffer_autoclear on"]
 
 
 # --- core memory blocks --------------------------------------------------------------------------------
 
 
 def test_block_store_keeps_json_validates_and_refuses_oversized_values(letta_settings, api, provisioned):
-    store = backend.LettaBlockStore(letta_settings)
+    store = backend.LettaBlockStore(letta_settings, STUDIO)
     new = store.update("user_style", {"COLOR_PREFERENCES": "purple, blue"})
     assert new["COLOR_PREFERENCES"] == "purple, blue" and store.read("user_style") == new
     raw = api.blocks.retrieve(provisioned.blocks["user_style"]).value
@@ -536,7 +537,7 @@ def test_block_store_keeps_json_validates_and_refuses_oversized_values(letta_set
     # a block deleted on the server: the next read provisions it again, with its defaults, attached to all
     api.blocks.delete(provisioned.blocks["current_series"])
     assert store.read("current_series") == defaults("current_series", letta_settings)
-    found = backend.find(letta_settings)
+    found = backend.find(letta_settings, STUDIO)
     assert found.blocks["current_series"] != provisioned.blocks["current_series"]
     for ids in found.agents.values():
         for agent_id in (ids.id, *ids.sleeptime_ids):
@@ -547,19 +548,19 @@ def test_block_store_keeps_json_validates_and_refuses_oversized_values(letta_set
 @pytest.mark.usefixtures("provisioned")
 def test_role_calls_bring_the_servers_blocks_up_to_date_with_the_studio(letta_settings):
     """Postgres holds the studio's blocks; a role call first pushes the ones that changed since the last push."""
-    crew = backend.letta_agents(letta_settings)
-    store = backend.LettaBlockStore(letta_settings)
-    studio_blocks.update(letta_settings, "user_style", {"PACING_PREFERENCES": "slow, meditative"}, actor="user")
+    crew = backend.letta_agents(letta_settings, STUDIO)
+    store = backend.LettaBlockStore(letta_settings, STUDIO)
+    studio_blocks.update(letta_settings, STUDIO, "user_style", {"PACING_PREFERENCES": "slow, meditative"}, by="user")
     crew.cameraman.review(ReviewBrief(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3))
-    assert store.read("user_style") == studio_blocks.read(letta_settings, "user_style")
+    assert store.read("user_style") == studio_blocks.read(letta_settings, STUDIO, "user_style")
 
     # nothing changed in the studio: nothing is written (an edit on the server stays until the studio's next)
     store.update("user_style", {"MOOD_PREFERENCES": "edited on the server"})
-    assert backend.push_studio_blocks(letta_settings) == []
+    assert backend.push_studio_blocks(letta_settings, STUDIO) == []
     assert store.read("user_style")["MOOD_PREFERENCES"] == "edited on the server"
-    studio_blocks.update(letta_settings, "user_style", {"MOOD_PREFERENCES": "calm"}, actor="user")
-    assert backend.push_studio_blocks(letta_settings) == ["user_style"]
-    assert store.read("user_style") == studio_blocks.read(letta_settings, "user_style")
+    studio_blocks.update(letta_settings, STUDIO, "user_style", {"MOOD_PREFERENCES": "calm"}, by="user")
+    assert backend.push_studio_blocks(letta_settings, STUDIO) == ["user_style"]
+    assert store.read("user_style") == studio_blocks.read(letta_settings, STUDIO, "user_style")
 
 
 # --- maintenance ---------------------------------------------------------------------------------------
@@ -576,7 +577,7 @@ def test_maintenance_compacts_at_warn_and_resets_at_critical_emergency_and_after
     letta_settings, letta_server, api, provisioned, caplog
 ):
     settings = letta_settings.model_copy(update={"buffer_warn": 12, "buffer_critical": 20, "buffer_emergency": 26, "max_failed_summaries": 2})
-    crew = backend.letta_agents(settings)
+    crew = backend.letta_agents(settings, STUDIO)
     agent = provisioned.agents["cameraman"].id
     maint.reset(api, agent)
 
@@ -645,9 +646,9 @@ def _letta_env(studio_env: dict[str, str], server: LettaServer) -> dict[str, str
 def test_a_deleted_agent_is_provisioned_again_once_even_by_racing_processes(
     letta_settings, letta_server, studio_env, api, provisioned
 ):
-    crew = backend.letta_agents(letta_settings)
+    crew = backend.letta_agents(letta_settings, STUDIO)
     crew.cameraman.review(ReviewBrief(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3))  # ids now cached
-    blocks = backend.find(letta_settings).blocks
+    blocks = backend.find(letta_settings, STUDIO).blocks
     api.agents.delete(provisioned.agents["cameraman"].id)
 
     # three processes provision at once (say three workers starting): the advisory lock lets one create
@@ -667,7 +668,7 @@ def test_a_deleted_agent_is_provisioned_again_once_even_by_racing_processes(
 
     # this process still holds the old id: its next call finds the new agent and carries on
     assert crew.cameraman.review(ReviewBrief(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3)).action == "accept"
-    again = backend.provision(letta_settings)
+    again = backend.provision(letta_settings, STUDIO)
     assert again.created == [] and again.changed == []
     assert again.agents["cameraman"].id != provisioned.agents["cameraman"].id
     assert again.blocks == blocks  # the same shared blocks, attached to the new agent too
@@ -682,7 +683,7 @@ def test_a_batch_runs_end_to_end_on_the_letta_backend(letta_settings, letta_serv
     from mas import agents
 
     try:
-        agents.backend(letta_settings)
+        agents.backend(letta_settings, STUDIO)
     except NotImplementedError:
         _unavailable("mas.agents.backend does not dispatch MAS_AGENT_BACKEND=letta yet")
     try:
@@ -772,19 +773,19 @@ def test_each_user_has_their_own_agents_and_taste_blocks_and_shares_the_studios(
     studio's shared ones; the default crew and every other user's are untouched, and maintenance walks all."""
     from mas.memory.blocks import PER_USER
 
-    alice, bob = letta_settings.for_user("alice"), letta_settings.for_user("bob")
-    studio_blocks.update(alice, "user_style", {"COLOR_PREFERENCES": "deep purple"}, actor="user")
-    studio_blocks.update(bob, "user_style", {"COLOR_PREFERENCES": "burnt orange"}, actor="user")
+    alice, bob = Actor("alice"), Actor("bob")
+    studio_blocks.update(letta_settings, alice, "user_style", {"COLOR_PREFERENCES": "deep purple"}, by="user")
+    studio_blocks.update(letta_settings, bob, "user_style", {"COLOR_PREFERENCES": "burnt orange"}, by="user")
     llm = letta_server.llm
     seen = {}
     for name, user in (("alice", alice), ("bob", bob)):
         before = len(llm.find("role", task="review"))
-        backend.letta_agents(user).cameraman.review(ReviewBrief(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3))
+        backend.letta_agents(letta_settings, user).cameraman.review(ReviewBrief(grade="A", scores={}, min_grade="B", attempt=1, max_retries=3))
         seen[name] = json.loads(llm.find("role", task="review")[before]["user_style"])["COLOR_PREFERENCES"]
     assert seen == {"alice": "deep purple", "bob": "burnt orange"}  # what each one's cameraman was shown
 
-    studio = backend.find(letta_settings)  # the default user's crew, as earlier tests left it
-    crews = {"alice": backend.find(alice), "bob": backend.find(bob)}
+    studio = backend.find(letta_settings, STUDIO)  # the default user's crew, as earlier tests left it
+    crews = {"alice": backend.find(letta_settings, alice), "bob": backend.find(letta_settings, bob)}
     for name, crew in crews.items():
         for role, ids in crew.agents.items():
             agent = api.agents.retrieve(ids.id, include=["agent.blocks", "agent.tags"])
@@ -795,14 +796,14 @@ def test_each_user_has_their_own_agents_and_taste_blocks_and_shares_the_studios(
             shared = crew.blocks[label] == studio.blocks[label]
             assert shared == (label not in PER_USER), label
     assert crews["alice"].blocks["user_style"] != crews["bob"].blocks["user_style"]
-    assert backend.LettaBlockStore(alice).read("user_style")["COLOR_PREFERENCES"] == "deep purple"
-    assert backend.LettaBlockStore(bob).read("user_style")["COLOR_PREFERENCES"] == "burnt orange"
+    assert backend.LettaBlockStore(letta_settings, alice).read("user_style")["COLOR_PREFERENCES"] == "deep purple"
+    assert backend.LettaBlockStore(letta_settings, bob).read("user_style")["COLOR_PREFERENCES"] == "burnt orange"
 
     # the default crew still finds its own blocks (not a user's), and provisioning it again makes nothing
-    again = backend.provision(letta_settings)
+    again = backend.provision(letta_settings, STUDIO)
     assert again.created == [] and again.blocks == studio.blocks
-    assert backend.LettaBlockStore(letta_settings).read("user_style")["COLOR_PREFERENCES"] not in seen.values()
-    assert backend.provision(alice).created == []
+    assert backend.LettaBlockStore(letta_settings, STUDIO).read("user_style")["COLOR_PREFERENCES"] not in seen.values()
+    assert backend.provision(letta_settings, alice).created == []
 
     primaries, companions = maint.targets(api)
     crew = backend.crew_conversations(letta_settings)

@@ -27,6 +27,7 @@ from mas.agents.replies import DraftReply
 from mas.agents.roles import ReviewBrief, WriterBrief, draft_seed
 from mas.agents.style import Style
 from mas.config import Settings
+from mas.domain.identity import STUDIO
 from mas.domain.requests import ProductionRequest
 from mas.memory import blocks, recall
 from mas.models import Attempt, Batch, BatchStatus, VideoState
@@ -87,7 +88,7 @@ def _record_exchanges(settings: Settings, title: str) -> None:
             messages = recall.context(settings, agent).messages
             if not messages:
                 continue
-            out.write(f"\n## {agent}\n\n### system\n\n```\n{system_prompt(settings, agent)}\n```\n")
+            out.write(f"\n## {agent}\n\n### system\n\n```\n{system_prompt(settings, STUDIO, agent)}\n```\n")
             for m in messages:
                 out.write(f"\n### {m.role}\n\n```\n{m.content}\n```\n")
 
@@ -107,7 +108,7 @@ BRIEF = WriterBrief(
 def test_every_role_answers_a_real_model_with_a_validated_reply(clean, real_llm):
     """Director (batch, series, A/B, style), Writer, Cameraman and sleeptime on the real model."""
     settings = _llm_settings(clean, real_llm.url)
-    crew = llm_agents(settings)
+    crew = llm_agents(settings, STUDIO)
     plan = crew.director.plan(ProductionRequest(text="x", kind="batch", count=3, theme="mythical creatures"))
     assert len(plan.videos) == 3 and all(v.concept.strip() for v in plan.videos)
     series = crew.director.plan(
@@ -142,7 +143,7 @@ def test_every_role_answers_a_real_model_with_a_validated_reply(clean, real_llm)
 
 def test_the_context_carries_core_memory_statistics_and_recall(clean, real_llm):
     settings = _llm_settings(clean, real_llm.url)
-    agent = LLMAgent(settings, "writer")
+    agent = LLMAgent(settings, STUDIO, "writer")
     question = Question(
         task="write", payload={"brief": {"concept": "a heron"}}, shape='{"prompt": str}', reply=DraftReply
     )
@@ -155,7 +156,7 @@ def test_the_context_carries_core_memory_statistics_and_recall(clean, real_llm):
                 raise
     assert agent.last is not None and agent.last.prompt_tokens > 0 and agent.last.completion_tokens > 0
     # the stable part first (what a prefix cache serves again), what every step rewrites in the call itself
-    stable, now = system_prompt(settings, "writer"), changing_memory(settings, "writer")
+    stable, now = system_prompt(settings, STUDIO, "writer"), changing_memory(settings, STUDIO, "writer")
     for label in ("user_style", "quality_standards", "current_series", "ab_testing"):
         assert f"<{label}>" in stable and f"<{label}>" not in now
     for label in ("session_state", "production_queue"):
@@ -174,7 +175,7 @@ def test_calls_of_one_role_run_at_once_on_the_real_model_and_never_mix(clean, re
         task="write", payload={"brief": {"concept": "a kite"}}, shape='{"prompt": str}', reply=DraftReply
     )
     with ThreadPoolExecutor(3) as pool:
-        calls = [pool.submit(LLMAgent(settings, "writer").ask, question) for _ in range(3)]
+        calls = [pool.submit(LLMAgent(settings, STUDIO, "writer").ask, question) for _ in range(3)]
     answered = [call for call in calls if call.exception() is None]
     for call in calls:  # a call the model never answered validly writes nothing, and may only fail that way
         assert call.exception() is None or isinstance(call.exception(), LLMReplyError), call.exception()
@@ -198,7 +199,7 @@ def test_a_reply_cut_at_its_token_budget_is_seen_as_cut_on_the_real_model(clean,
         max_tokens=5,
     )
     with pytest.raises(LLMReplyError, match="the reply was cut at 5 tokens"):
-        LLMAgent(settings, "writer").ask(question)
+        LLMAgent(settings, STUDIO, "writer").ask(question)
 
 
 @pytest.mark.parametrize(
@@ -215,14 +216,14 @@ def test_a_malformed_reply_is_shown_its_error_then_the_studio_writes_the_prompt_
     with FaultyLLM([*script, spaced_otherwise]) as llm:
         settings = _llm_settings(clean, llm.url, llm_reply_retries=2, llm_structured="json_schema")
         with pytest.raises(LLMReplyError) as failed:
-            LLMAgent(settings, "writer").ask(
+            LLMAgent(settings, STUDIO, "writer").ask(
                 Question(task="write", payload={}, shape='{"prompt": str}', reply=DraftReply)
             )
         assert not failed.value.retryable and "3 times without a valid reply" in str(failed.value)
         llm.requests.clear()
         # a write that never validates is the studio's prompt; the same invalid reply after its correction is
         # not asked for a third time
-        draft = llm_agents(settings).writer.write(BRIEF)
+        draft = llm_agents(settings, STUDIO).writer.write(BRIEF)
         assert draft.source == "studio" and "2 times without a valid reply" in draft.note
         assert "the same invalid reply again" in draft.note
         assert draft.prompt.startswith(BRIEF.concept)
@@ -240,7 +241,7 @@ def test_a_style_reading_is_asked_without_the_conversations_earlier_messages(cle
     teal = json.dumps({"liked": [{"words": "teal", "aspect": "colour"}], "ruled_out": []})
     with FaultyLLM([json.dumps({"prompt": "a fox at dawn", "negative_prompt": ""}), teal]) as llm:
         settings = _llm_settings(clean, llm.url, llm_structured="json_schema")
-        director = LLMAgent(settings, "director")
+        director = LLMAgent(settings, STUDIO, "director")
         director.ask(
             Question(
                 task="write",
@@ -249,7 +250,7 @@ def test_a_style_reading_is_asked_without_the_conversations_earlier_messages(cle
                 reply=DraftReply,
             )
         )
-        reading = llm_agents(settings).director.read_style("teal, lots of teal")
+        reading = llm_agents(settings, STUDIO).director.read_style("teal, lots of teal")
     assert reading.source == "model" and [i.words for i in reading.items] == ["teal"]
     asked = llm.requests[-1]["messages"]
     assert [m["role"] for m in asked] == ["system", "user"] and "teal, lots of teal" in asked[-1]["content"]
@@ -263,7 +264,7 @@ def test_a_corrected_reply_is_accepted_on_the_next_try(clean):
     good = "a red fox at dawn in purple and blue light"
     with FaultyLLM(['{"text": "a fox"}', json.dumps({"prompt": good, "negative_prompt": "blur"})]) as llm:
         settings = _llm_settings(clean, llm.url, llm_structured="prompt")
-        draft = llm_agents(settings).writer.write(BRIEF)
+        draft = llm_agents(settings, STUDIO).writer.write(BRIEF)
     # the model's negative prompt, then what the user dislikes and the known failure patterns
     assert draft.prompt == good and draft.source == "model"
     assert draft.negative_prompt == "blur, cheerful aesthetics, jittery, unstable motion"
@@ -275,17 +276,17 @@ def test_a_reply_that_never_ends_and_a_server_that_is_down_are_retryable_in_boun
         settings = _llm_settings(clean, llm.url, llm_timeout_seconds=2)
         started = time.monotonic()
         with pytest.raises(LLMUnavailable, match="no reply within 2 s") as hung:
-            llm_agents(settings).writer.write(BRIEF)
+            llm_agents(settings, STUDIO).writer.write(BRIEF)
         assert time.monotonic() - started < 10 and hung.value.retryable
     down = _llm_settings(clean, f"http://127.0.0.1:{free_port()}/v1")
     with pytest.raises(LLMUnavailable, match="cannot reach the LLM"):
-        llm_agents(down).writer.write(BRIEF)
+        llm_agents(down, STUDIO).writer.write(BRIEF)
 
 
 def test_the_api_key_is_sent_and_never_printed(clean):
     with FaultyLLM(["not json"]) as llm:
         settings = _llm_settings(clean, llm.url, llm_api_key=SecretStr("sk-secret-123"), llm_reply_retries=0)
-        draft = llm_agents(settings).writer.write(BRIEF)
+        draft = llm_agents(settings, STUDIO).writer.write(BRIEF)
     assert llm.headers[0]["Authorization"] == "Bearer sk-secret-123"
     assert draft.source == "studio" and "sk-secret-123" not in draft.note and "sk-secret-123" not in repr(settings)
     assert settings.describe()["llm_api_key"] == "***"
@@ -320,7 +321,7 @@ def test_a_series_an_ab_test_and_refinement_complete_on_the_real_model(tmp_path)
         assert studio.mas("memory", "set", "quality_standards", "MAX_RETRIES", "2").returncode == 0
         learned = studio.mas("style", FEEDBACK)
         assert learned.returncode == 0, learned.stdout + learned.stderr
-        user_style = blocks.read(studio.settings, "user_style")
+        user_style = blocks.read(studio.settings, STUDIO, "user_style")
         batches = []
         for command in (
             ["series", "Forest Guardian", "--episodes", "2"],
@@ -474,14 +475,14 @@ def test_the_writer_picks_the_candidate_the_users_taste_prefers(clean):
     )
     _pick(clean, chosen="a neon city street at night, glowing signs", rejected="a quiet farm field at noon", n=4)
     _pick(clean, chosen="cyberpunk rooftops in neon rain", rejected="cows grazing on a green hillside", n=4)
-    report = tune_taste(clean)
+    report = tune_taste(clean, STUDIO)
     assert report.promoted and report.pairs == 8, report.reason
-    learned = served(clean).taste
+    learned = served(clean, STUDIO).taste
     assert learned.choice_probabilities([Option(prompt=neon), Option(prompt=pastoral)], settings=clean)[0] > 0.6
     reply = json.dumps({"candidates": [{"prompt": pastoral}, {"prompt": neon}]})
     with FaultyLLM([reply]) as llm:
         settings = _llm_settings(clean, llm.url, writer_candidates=2, llm_structured="json_schema")
-        draft = agents.backend(settings, rank=ranker(settings)).writer.write(brief)
+        draft = agents.backend(settings, STUDIO, rank=ranker(settings, STUDIO)).writer.write(brief)
     assert draft.prompt == neon  # the model's first candidate lost to the user's taste
     schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["candidates"]["minItems"] == 2
@@ -494,7 +495,7 @@ def test_without_enough_picks_the_models_first_candidate_wins(clean):
     reply = json.dumps({"candidates": [{"prompt": first}, {"prompt": second}]})
     with FaultyLLM([reply]) as llm:
         settings = _llm_settings(clean, llm.url, writer_candidates=2, llm_structured="json_schema")
-        assert agents.backend(settings).writer.write(BRIEF).prompt == first
+        assert agents.backend(settings, STUDIO).writer.write(BRIEF).prompt == first
 
 
 def test_a_candidate_that_is_not_a_prompt_is_never_chosen(clean):
@@ -504,4 +505,4 @@ def test_a_candidate_that_is_not_a_prompt_is_never_chosen(clean):
     reply = json.dumps({"candidates": [{"prompt": "write"}, {"prompt": good}]})
     with FaultyLLM([reply]) as llm:
         settings = _llm_settings(clean, llm.url, writer_candidates=2, llm_structured="json_schema")
-        assert agents.backend(settings).writer.write(BRIEF).prompt == good
+        assert agents.backend(settings, STUDIO).writer.write(BRIEF).prompt == good

@@ -97,7 +97,6 @@ class Prometheus(Server):
         return float(result[0]["value"][1]) if result else None
 
 
-
 @pytest.fixture
 def studio() -> Iterator[IsolatedStudio]:
     env = {

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from mas import db
+from mas.domain.identity import STUDIO
 from mas.memory import blocks
 from mas.models import ArchivalPassage, Attempt, Batch, BatchStatus, Schedule, Video, VideoState
 from mas.pipeline import leases
@@ -42,15 +43,18 @@ def assert_batch_exact(studio: IsolatedStudio, batch_id: int, total: int) -> lis
     videos = studio.videos(batch_id)
     assert len(videos) == total
     assert all(v.state in FINAL for v in videos), [(v.id, v.state) for v in videos]
-    queue = blocks.read(studio.settings, "production_queue")
+    queue = blocks.read(studio.settings, STUDIO, "production_queue")
     assert queue["BATCH_COMPLETE"] == total and queue["PENDING_VIDEOS"] == []
     with db.session_scope(studio.settings) as s:
         for v in videos:
             attempts = s.scalars(sa.select(Attempt).where(Attempt.video_id == v.id)).all()
             assert sorted(a.number for a in attempts) == list(range(1, len(attempts) + 1))
             successes = s.scalar(
-                sa.select(sa.func.count()).select_from(ArchivalPassage)
-                .where(ArchivalPassage.tags.contains(["success"]), ArchivalPassage.meta["video_id"].as_integer() == v.id)
+                sa.select(sa.func.count())
+                .select_from(ArchivalPassage)
+                .where(
+                    ArchivalPassage.tags.contains(["success"]), ArchivalPassage.meta["video_id"].as_integer() == v.id
+                )
             )
             assert successes == (1 if v.state == VideoState.accepted else 0)
     return videos
@@ -63,6 +67,16 @@ def with_workers(studio: IsolatedStudio, request: str) -> int:
     return studio.enqueue(request)
 
 
+def one_video_through(studio: IsolatedStudio, request: str, *, timeout: float = 180) -> Video:
+    """A cpu and a gpu worker started, and a batch of one video run to its end: the video."""
+    studio.worker("cpu")
+    studio.worker("gpu")
+    batch_id = studio.enqueue(request)
+    studio.wait_batch(batch_id, timeout=timeout)
+    (video,) = assert_batch_exact(studio, batch_id, 1)
+    return video
+
+
 def recover_and_finish(studio: IsolatedStudio, batch_id: int, total: int) -> None:
     """`mas recover` succeeds, and the batch ends as `assert_batch_exact` wants it."""
     result = studio.mas("recover")
@@ -71,9 +85,7 @@ def recover_and_finish(studio: IsolatedStudio, batch_id: int, total: int) -> Non
     assert_batch_exact(studio, batch_id, total)
 
 
-@pytest.mark.studio_env(
-    MAS_PREVIEW_RENDER_SECONDS="2", MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="2"
-)
+@pytest.mark.studio_env(MAS_PREVIEW_RENDER_SECONDS="2", MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="2")
 def test_gpu_worker_killed_mid_render(studio):
     studio.worker("cpu", concurrency=2)
     gpu = studio.worker("gpu")
@@ -110,8 +122,11 @@ def test_postgres_restarted_mid_batch(studio):
 
 
 @pytest.mark.studio_env(
-    MAS_PREVIEW_RENDER_SECONDS="1", MAS_LEASE_HEARTBEAT_SECONDS="0.5", MAS_LEASE_EXPIRY_SECONDS="2",
-    MAS_RECONCILE_EVERY_SECONDS="2", MAS_RECONCILE_AFTER_SECONDS="8",
+    MAS_PREVIEW_RENDER_SECONDS="1",
+    MAS_LEASE_HEARTBEAT_SECONDS="0.5",
+    MAS_LEASE_EXPIRY_SECONDS="2",
+    MAS_RECONCILE_EVERY_SECONDS="2",
+    MAS_RECONCILE_AFTER_SECONDS="8",
 )
 def test_redis_restarted_mid_batch_workers_survive(studio):
     """Redis away for a moment while steps run: every worker reconnects (none exits), the batch completes
@@ -148,7 +163,6 @@ def test_task_that_kills_its_worker_is_quarantined(studio):
     assert "giving it up" in cpu.log.read_text()
 
 
-
 def test_gpu_worker_goes_on_after_failure_handlers_that_fail(studio):
     """A gpu task whose failure handler fails in turn (a step's `on_failure` meeting a database still away)
     fails, and its message is acknowledged: it does not hold one of the gpu worker's slots for good. (Celery's
@@ -170,6 +184,7 @@ def test_gpu_worker_goes_on_after_failure_handlers_that_fail(studio):
     unacked = redis_client(studio.settings)
     studio.wait_until(lambda: not unacked.zcard("unacked_index"), timeout=10, what="every message acknowledged")
 
+
 def _two_triggers(settings_env: dict[str, str]) -> list[int]:
     import os
 
@@ -190,10 +205,16 @@ def test_scheduled_batch_runs_exactly_once(studio):
     from mas.domain.requests import parse_request
     from mas.pipeline.production import schedule
 
-    later = schedule(studio.settings, parse_request("Create 2 videos of night trains", studio.settings),
-                     run_at=datetime.now(UTC) + timedelta(hours=6))
-    due = schedule(studio.settings, parse_request("Create 2 videos of dawn ferries", studio.settings),
-                   run_at=datetime.now(UTC) - timedelta(seconds=1))
+    later = schedule(
+        studio.settings, STUDIO,
+        parse_request("Create 2 videos of night trains", studio.settings),
+        run_at=datetime.now(UTC) + timedelta(hours=6),
+    )
+    due = schedule(
+        studio.settings, STUDIO,
+        parse_request("Create 2 videos of dawn ferries", studio.settings),
+        run_at=datetime.now(UTC) - timedelta(seconds=1),
+    )
     env = {"MAS_DATA_DIR": str(studio.data_dir)}
     with get_context("spawn").Pool(3) as pool:  # three beats (or one restarted twice) fire together
         sent = pool.map(_two_triggers, [env] * 3)
@@ -217,34 +238,29 @@ def _garbage(path: Path) -> Path:
 @pytest.mark.parametrize("outcome", ["error", "hang", "garbage", "unreachable"])
 def test_failing_generator_is_retried_then_skipped(tmp_path, outcome):
     from gpu.preview import PreviewRenderer
-    from tests.comfyui_server import ComfyUIStandIn, Script
+    from tests.comfyui_server import ComfyUIStandIn, Script, write_workflow
 
     good = PreviewRenderer()(prompt="red", negative_prompt="", seed=1, output=tmp_path / "ok.mp4", render_id="x")
     video = _garbage(tmp_path / "bad.mp4") if outcome == "garbage" else good
     script = Script(outcome="success" if outcome in ("garbage", "unreachable") else outcome, steps=2)
-    template = tmp_path / "workflow.json"
-    template.write_text(json.dumps({
-        "5222": {"class_type": "PrimitiveStringMultiline", "inputs": {"value": "placeholder"}},
-        "5232:5158": {"class_type": "RandomNoise", "inputs": {"noise_seed": 0}},
-        "5075": {"class_type": "SaveVideo", "inputs": {"filename_prefix": "LTX_2"}},
-    }))
+    template = write_workflow(tmp_path / "workflow.json")
     with tempfile.TemporaryDirectory(prefix="mas-rel-") as tmp, ComfyUIStandIn(video=video, script=script) as server:
         Path(tmp).chmod(0o755)
         env = {
-            "MAS_VIDEO_BACKEND": "comfyui", "MAS_COMFYUI_WORKFLOW": str(template), "MAS_STEP_RETRIES": "1",
-            "MAS_COMFYUI_RETRIES": "0", "MAS_MAX_RENDER_SECONDS": "6", "MAS_COMFYUI_URL": server.url,
+            "MAS_VIDEO_BACKEND": "comfyui",
+            "MAS_COMFYUI_WORKFLOW": str(template),
+            "MAS_STEP_RETRIES": "1",
+            "MAS_COMFYUI_RETRIES": "0",
+            "MAS_MAX_RENDER_SECONDS": "6",
+            "MAS_COMFYUI_URL": server.url,
         }
         if outcome == "unreachable":
             env["MAS_COMFYUI_URL"] = "http://127.0.0.1:9"
         with IsolatedStudio(Path(tmp), **env) as studio:
-            studio.worker("cpu")
-            studio.worker("gpu")
-            batch_id = studio.enqueue("Create a video of a tidal pool")
-            studio.wait_batch(batch_id, timeout=120)
-            (video_row,) = assert_batch_exact(studio, batch_id, 1)
+            video_row = one_video_through(studio, "Create a video of a tidal pool", timeout=120)
             assert video_row.state == VideoState.failed
             assert any("render failed" in r for r in video_row.failure_reasons), video_row.failure_reasons
-            failed = blocks.read(studio.settings, "production_queue")["FAILED_RETRIES"]
+            failed = blocks.read(studio.settings, STUDIO, "production_queue")["FAILED_RETRIES"]
             assert [f["video_id"] for f in failed] == [video_row.id]
             if outcome != "unreachable":
                 assert len(server.queued) == 2  # the first try and one retry, then skipped
@@ -260,7 +276,7 @@ def test_beat_killed_and_restarted_starts_a_due_batch_once(studio):
     studio.worker("cpu")
     studio.worker("gpu")
     due_at = datetime.now(UTC) + timedelta(seconds=2)
-    due = schedule(studio.settings, parse_request("Create a video of harbour cranes", studio.settings), run_at=due_at)
+    due = schedule(studio.settings, STUDIO, parse_request("Create a video of harbour cranes", studio.settings), run_at=due_at)
     beat = studio.beat()
     studio.wait_until(lambda: datetime.now(UTC) > due_at, what="the schedule to be due")
     beat.kill()  # due, but before beat's first 30 s tick of the schedule job
@@ -325,14 +341,15 @@ def test_dqa_grading_end_to_end_and_mas_grade(tmp_path):
     clip = build_tiny_clip(tmp_path / "tiny-clip", steps=10)
     with tempfile.TemporaryDirectory(prefix="mas-rel-") as tmp:
         Path(tmp).chmod(0o755)
-        env = {"MAS_GRADER": "dqa", "MAS_CLIP_MODEL_PATH": str(clip), "MAS_TORCH_DTYPE": "float32", "MAS_DQA_FRAMES": "4",
-                   "MAS_MAX_RETRIES": "1"}
+        env = {
+            "MAS_GRADER": "dqa",
+            "MAS_CLIP_MODEL_PATH": str(clip),
+            "MAS_TORCH_DTYPE": "float32",
+            "MAS_DQA_FRAMES": "4",
+            "MAS_MAX_RETRIES": "1",
+        }
         with IsolatedStudio(Path(tmp), **env) as studio:
-            studio.worker("cpu")
-            studio.worker("gpu")
-            batch_id = studio.enqueue("Create a video of a red circle")
-            studio.wait_batch(batch_id)
-            (video,) = assert_batch_exact(studio, batch_id, 1)
+            video = one_video_through(studio, "Create a video of a red circle")
             with db.session_scope(studio.settings) as s:
                 (attempt,) = s.scalars(sa.select(Attempt).where(Attempt.video_id == video.id)).all()
                 assert attempt.grader == "dqa"

@@ -13,6 +13,7 @@ from mas.agents.offline import OfflineDirector
 from mas.agents.roles import Reading
 from mas.agents.style import StyleItem
 from mas.cli.root import main
+from mas.domain.identity import STUDIO, Actor
 from mas.learning import style_book
 from mas.memory import blocks
 
@@ -23,8 +24,8 @@ def mas(*args: str) -> str:
     return result.output
 
 
-def said(settings) -> set[tuple[str, str, str]]:
-    return {(e.words, e.polarity, e.source) for e in style_book.entries(settings)}
+def said(settings, actor=STUDIO) -> set[tuple[str, str, str]]:
+    return {(e.words, e.polarity, e.source) for e in style_book.entries(settings, actor)}
 
 
 @pytest.mark.usefixtures("clean")
@@ -41,7 +42,7 @@ def test_feedback_is_answered_in_sentences_and_each_item_says_where_it_came_from
                            ("film grain", "liked", "user"), ("handheld camera", "ruled_out", "user")}  # fmt: skip
 
     # the block every prompt is built from says the same
-    block = blocks.read(clean, "user_style")
+    block = blocks.read(clean, STUDIO, "user_style")
     assert "purple" in block["COLOR_PREFERENCES"] and block["DISLIKED_ELEMENTS"] == ["red", "handheld camera"]
     assert ("film grain", "liked") in {(i["words"], i["polarity"]) for i in block["ITEMS"]}
 
@@ -56,7 +57,7 @@ def test_a_correction_is_an_item_with_its_history_and_forget_removes_one(clean):
     mas("style", "I love purple and slow pacing")
     out = mas("style", "--avoid", "purple")
     assert "Stored as you gave it: rules out: purple (colour) (it was liked)." in out, out
-    (purple,) = [e for e in style_book.entries(clean) if e.words == "purple"]
+    (purple,) = [e for e in style_book.entries(clean, STUDIO) if e.words == "purple"]
     assert purple.source == "correction" and not purple.liked
     assert [(h["polarity"], h["source"], h["feedback"]) for h in purple.history] == [
         ("liked", "studio", "I love purple and slow pacing")
@@ -64,19 +65,19 @@ def test_a_correction_is_an_item_with_its_history_and_forget_removes_one(clean):
     listing = mas("style", "show")
     assert "rules out: purple (colour): corrected by the user" in listing, listing
     assert 'purple, liked, read from feedback by the studio\'s rules "I love purple and slow pacing"' in listing
-    assert blocks.read(clean, "user_style")["DISLIKED_ELEMENTS"] == ["purple"]
-    assert blocks.read(clean, "user_style")["ITEM_HISTORY"][-1]["was"] == "liked"
+    assert blocks.read(clean, STUDIO, "user_style")["DISLIKED_ELEMENTS"] == ["purple"]
+    assert blocks.read(clean, STUDIO, "user_style")["ITEM_HISTORY"][-1]["was"] == "liked"
 
     # turned round again, over the API's flip: the history grows
-    turned = style_book.flip(clean, purple.id).entries[0]
+    turned = style_book.flip(clean, STUDIO, purple.id).entries[0]
     assert turned.liked and [h["polarity"] for h in turned.history] == ["liked", "ruled_out"]
 
     out = mas("style", "forget", "slow pacing")
     assert "Removed" in out and "no longer likes slow pacing (pacing)" in out, out
-    assert {e.words for e in style_book.entries(clean)} == {"purple"}
-    assert "slow" not in blocks.read(clean, "user_style")["PACING_PREFERENCES"]
+    assert {e.words for e in style_book.entries(clean, STUDIO)} == {"purple"}
+    assert "slow" not in blocks.read(clean, STUDIO, "user_style")["PACING_PREFERENCES"]
     out = mas("style", "forget", f"#{turned.id}")
-    assert style_book.entries(clean) == [] and blocks.read(clean, "user_style")["ITEMS"] == []
+    assert style_book.entries(clean, STUDIO) == [] and blocks.read(clean, STUDIO, "user_style")["ITEMS"] == []
 
     missing = CliRunner().invoke(main, ["style", "forget", "teal"])
     assert missing.exit_code == 2 and "no 'teal'" in missing.output, missing.output
@@ -87,12 +88,12 @@ def test_what_the_reader_did_not_understand_is_quoted_kept_and_never_stored(clea
     unsure = "the camera should not stop shaking"
     reading = Reading(items=[StyleItem(aspect="colour", words="teal", liked=True)], not_understood=[unsure])
     monkeypatch.setattr(OfflineDirector, "read_style", lambda self, feedback: reading)  # noqa: ARG005
-    bob = clean.for_user("bob")
+    bob = Actor("bob")
     out = mas("style", "--user", "bob", f"teal, and {unsure}")
     assert "  likes: teal (colour)" in out and f'I did not understand:\n  "{unsure}"' in out, out
     assert 'mas style --user bob --avoid "handheld camera"' in out, out
-    assert said(bob) == {("teal", "liked", "studio")}  # nothing of it stored
-    assert [i["words"] for i in blocks.read(bob, "user_style")["ITEMS"]] == ["teal"]
+    assert said(clean, bob) == {("teal", "liked", "studio")}  # nothing of it stored
+    assert [i["words"] for i in blocks.read(clean, bob, "user_style")["ITEMS"]] == ["teal"]
     listing = mas("style", "show", "--user", "bob")
     assert f"'{unsure}' in 'teal, and {unsure}'" in listing, listing
     assert "Not understood" not in mas("style", "show")  # bob's, not the default user's
@@ -101,9 +102,9 @@ def test_what_the_reader_did_not_understand_is_quoted_kept_and_never_stored(clea
 @pytest.mark.usefixtures("clean")
 def test_an_item_set_in_the_block_directly_is_taken_in_and_one_removed_there_leaves(clean):
     mas("style", "I love purple")
-    blocks.set_field(clean, "user_style", "DISLIKED_ELEMENTS", '["lens flares"]', actor="cli")
+    blocks.set_field(clean, STUDIO, "user_style", "DISLIKED_ELEMENTS", '["lens flares"]', by="cli")
     assert said(clean) == {("purple", "liked", "studio"), ("lens flares", "ruled_out", "block")}
-    blocks.update(clean, "user_style", {"ITEMS": [], "COLOR_PREFERENCES": ""}, actor="cli")
+    blocks.update(clean, STUDIO, "user_style", {"ITEMS": [], "COLOR_PREFERENCES": ""}, by="cli")
     assert said(clean) == {("lens flares", "ruled_out", "block")}
 
 
@@ -111,8 +112,8 @@ def test_an_item_set_in_the_block_directly_is_taken_in_and_one_removed_there_lea
 def test_the_style_commands_keep_their_user_and_refuse_bad_items(clean):
     mas("style", "--user", "alice", "--like", "amber light")
     mas("style", "no red", "--user", "alice")
-    assert said(clean.for_user("alice")) == {("amber light", "liked", "user"), ("red", "ruled_out", "studio")}
-    assert style_book.entries(clean) == []
+    assert said(clean, Actor("alice")) == {("amber light", "liked", "user"), ("red", "ruled_out", "studio")}
+    assert style_book.entries(clean, STUDIO) == []
     assert "default has no style items yet" in mas("style", "show")
     for args, says in ((["--like", "  "], "few words"), (["--avoid", "x" * 200], "at most"),
                        (["--like", "a", "show"], "alone")):  # fmt: skip
@@ -159,12 +160,12 @@ def test_each_member_lists_adds_flips_and_removes_only_their_own_items_over_the_
                          ("delete", "/style/items/999999999999")):  # fmt: skip
         refused = getattr(http, method)("/api/v1" + path, headers=bob)
         assert refused.status_code == 404, refused.text
-    assert said(clean.for_user("alice")) == {("handheld camera", "ruled_out", "user")}
+    assert said(clean, Actor("alice")) == {("handheld camera", "ruled_out", "user")}
 
     flipped = http.post(f"/api/v1/style/items/{item['id']}/flip", headers=alice).json()
     assert (flipped["polarity"], flipped["source"]) == ("liked", "correction")
     assert [(h["polarity"], h["source"]) for h in flipped["history"]] == [("ruled_out", "user")]
-    assert blocks.read(clean.for_user("alice"), "user_style")["DISLIKED_ELEMENTS"] == []
+    assert blocks.read(clean, Actor("alice"), "user_style")["DISLIKED_ELEMENTS"] == []
     listed = http.get("/api/v1/style/items", headers=alice).json()
     assert [i["says"] for i in listed["items"]] == ["likes: handheld camera (other)"]
     removed = http.delete(f"/api/v1/style/items/{item['id']}", headers=alice)
@@ -177,7 +178,7 @@ def test_the_memory_pages_buttons_work_without_scripts_and_only_on_the_callers_i
 
     http = TestClient(create_app(clean), raise_server_exceptions=False, follow_redirects=False)
     alice, bob = members["alice"], members["bob"]
-    item = style_book.give(clean.for_user("alice"), "lens flares", liked=True).entries[0]
+    item = style_book.give(clean, Actor("alice"), "lens flares", liked=True).entries[0]
     page = http.get("/memory", headers=alice)
     assert "likes: lens flares (other)" in page.text and f'action="/memory/style/{item.id}/flip"' in page.text
     assert "lens flares" not in http.get("/memory", headers=bob).text
@@ -187,9 +188,9 @@ def test_the_memory_pages_buttons_work_without_scripts_and_only_on_the_callers_i
     )
     done = http.post(f"/memory/style/{item.id}/flip", headers=alice)
     assert done.status_code == 303 and done.headers["location"] == "/memory#style-items"
-    assert said(clean.for_user("alice")) == {("lens flares", "ruled_out", "correction")}
+    assert said(clean, Actor("alice")) == {("lens flares", "ruled_out", "correction")}
     assert http.post(f"/memory/style/{item.id}/forget", headers=alice).status_code == 303
-    assert style_book.entries(clean.for_user("alice")) == []
+    assert style_book.entries(clean, Actor("alice")) == []
 
 
 # --- what a batch applies, who wrote each prompt, a model that never answered usably ---------------------

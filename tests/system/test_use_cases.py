@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from mas import db
 from mas.cli import main
+from mas.domain.identity import STUDIO, Actor
 from mas.memory import blocks
 from mas.models import ABSelection, ArchivalPassage, Attempt, Batch, BatchStatus, Video, VideoState
 
@@ -61,13 +62,22 @@ def test_batch_production(clean):
     for v in videos:
         if v.state == VideoState.accepted:
             assert Path(v.output_path).stat().st_size > 1000
-    queue = blocks.read(clean, "production_queue")
+    queue = blocks.read(clean, STUDIO, "production_queue")
     assert queue["BATCH_ID"] == str(batch_id) and queue["BATCH_TOTAL"] == 4 and queue["BATCH_COMPLETE"] == 4
     assert queue["PENDING_VIDEOS"] == [] and queue["QUEUE_STATUS"] == "complete"
     assert {e["video_id"] for e in queue["COMPLETED_TODAY"]} == {v.id for v in videos if v.state == VideoState.accepted}
     with db.session_scope(clean) as s:  # an archival entry for every attempt
-        n_attempts = s.scalar(sa.select(sa.func.count()).select_from(Attempt).join(Video).where(Video.batch_id == batch_id))
-        assert s.scalar(sa.select(sa.func.count()).select_from(ArchivalPassage).where(ArchivalPassage.tags.contains(["quality"]))) == n_attempts
+        n_attempts = s.scalar(
+            sa.select(sa.func.count()).select_from(Attempt).join(Video).where(Video.batch_id == batch_id)
+        )
+        assert (
+            s.scalar(
+                sa.select(sa.func.count())
+                .select_from(ArchivalPassage)
+                .where(ArchivalPassage.tags.contains(["quality"]))
+            )
+            == n_attempts
+        )
 
 
 @pytest.mark.usefixtures("workers")
@@ -78,7 +88,7 @@ def test_style_learning_and_personalization(clean):
     assert result.exit_code == 0, result.output
     result = run_cli("style", "avoid any red, and I can't stand yellow; slow pacing please")
     assert result.exit_code == 0, result.output
-    style = blocks.read(clean, "user_style")
+    style = blocks.read(clean, STUDIO, "user_style")
     assert style["COLOR_PREFERENCES"] == "purple, blue" and style["MOOD_PREFERENCES"] == "dark, moody"
     assert style["DISLIKED_ELEMENTS"] == ["red", "yellow"] and "slow" in style["PACING_PREFERENCES"]
     batch_id = enqueue("Create 2 videos of red foxes in yellow autumn leaves")
@@ -102,7 +112,7 @@ def test_quality_refinement_loop_learns_failure_patterns(clean):
     assert len(attempts) >= 2 and attempts[0].grade in ("C", "D", "F") and attempts[0].failure_reasons
     assert video.state == VideoState.accepted and video.grade in ("A", "B")
     assert "sharp focus" in attempts[-1].prompt  # the Writer fixed what the Cameraman named
-    quality = blocks.read(clean, "quality_standards")
+    quality = blocks.read(clean, STUDIO, "quality_standards")
     assert set(attempts[0].failure_reasons) <= set(quality["FAILURE_PATTERNS_TO_AVOID"])
     assert quality["REFINEMENT_STRATEGIES"]
     # learned patterns prevent the same mistake: the next video passes on its first attempt
@@ -125,7 +135,7 @@ def test_multi_round_refinement_gives_up_after_max_retries(clean):
         assert 1 <= len(attempts) <= 2 and all(a.grade for a in attempts)
         assert [a.number for a in attempts] == list(range(1, len(attempts) + 1))
     failed = [v for v in videos if v.state == VideoState.failed]
-    queue = blocks.read(clean, "production_queue")
+    queue = blocks.read(clean, STUDIO, "production_queue")
     assert {f["video_id"] for f in queue["FAILED_RETRIES"]} == {v.id for v in failed}
     for v in failed:
         assert v.attempt_count == 2 and v.failure_reasons
@@ -151,7 +161,7 @@ def test_wait_exits_non_zero_with_the_counts_when_a_video_failed(clean):
 def test_content_series_continues_across_sessions(clean):
     first = submit("series", "Mythical Guardians", "--episodes", "2")
     wait_batch(clean, first)
-    series = blocks.read(clean, "current_series")
+    series = blocks.read(clean, STUDIO, "current_series")
     assert series["ACTIVE_SERIES"] == "Mythical Guardians" and series["EPISODES_PLANNED"] == 2
     assert series["SERIES_STYLE"] and series["CONSISTENCY_RULES"]
     accepted = sum(v.state == VideoState.accepted for v in videos_of(clean, first))
@@ -162,25 +172,25 @@ def test_content_series_continues_across_sessions(clean):
     wait_batch(clean, second)
     (episode3,) = videos_of(clean, second)
     assert "episode 3" in episode3.concept
-    assert blocks.read(clean, "current_series")["EPISODES_PLANNED"] == 3
+    assert blocks.read(clean, STUDIO, "current_series")["EPISODES_PLANNED"] == 3
 
 
 @pytest.mark.usefixtures("workers")
 def test_ab_testing_with_preference_capture(clean):
     batch_id = submit("ab", "a fox in the snow", "--variations", "3")
     wait_batch(clean, batch_id)
-    ab = blocks.read(clean, "ab_testing")
+    ab = blocks.read(clean, STUDIO, "ab_testing")
     test_id = int(ab["ACTIVE_TEST"])
     assert [v["label"] for v in ab["VARIATIONS"]] == ["A", "B", "C"]
     assert len({v["approach"] for v in ab["VARIATIONS"]}) == 3
     assert ab["VARIATION_A_ID"] and ab["VARIATION_B_ID"]
     bad = run_cli("pick", str(test_id), "Z")
     assert bad.exit_code != 0 and "no variation" in bad.output
-    assert blocks.read(clean, "ab_testing") == ab  # nothing changed
+    assert blocks.read(clean, STUDIO, "ab_testing") == ab  # nothing changed
     assert run_cli("pick", "9999", "A").exit_code != 0
     ok = run_cli("pick", str(test_id), "B")
     assert ok.exit_code == 0, ok.output
-    ab = blocks.read(clean, "ab_testing")
+    ab = blocks.read(clean, STUDIO, "ab_testing")
     assert ab["USER_SELECTIONS"][-1]["label"] == "B" and ab["ACTIVE_TEST"] is None
     approach_b = next(v["approach"] for v in ab["VARIATIONS"] if v["label"] == "B")
     assert approach_b in ab["WINNING_PATTERNS"]
@@ -200,9 +210,9 @@ def test_ab_testing_with_preference_capture(clean):
 def test_an_ab_test_belongs_to_its_user_and_says_what_the_studio_expected(clean):
     batch_id = submit("ab", "a heron at dawn", "--variations", "2", "--user", "alice")
     wait_batch(clean, batch_id)
-    alice = clean.for_user("alice")
-    test_id = int(blocks.read(alice, "ab_testing")["ACTIVE_TEST"])
-    assert blocks.read(clean, "ab_testing")["ACTIVE_TEST"] is None  # the default user's block is untouched
+    alice = Actor("alice")
+    test_id = int(blocks.read(clean, alice, "ab_testing")["ACTIVE_TEST"])
+    assert blocks.read(clean, STUDIO, "ab_testing")["ACTIVE_TEST"] is None  # the default user's block is untouched
     refused = run_cli("pick", str(test_id), "A", "--user", "bob")
     assert refused.exit_code == 2 and "made for alice" in refused.output
     ok = run_cli("pick", str(test_id), "A", "--user", "alice")
@@ -212,8 +222,8 @@ def test_an_ab_test_belongs_to_its_user_and_says_what_the_studio_expected(clean)
         sel = s.scalars(sa.select(ABSelection)).one()
         assert sel.user_name == "alice" and sel.chosen_scores and len(sel.rejected_scores) == 1
         assert s.get(Batch, batch_id).user_name == "alice"
-    assert blocks.read(alice, "ab_testing")["USER_SELECTIONS"][-1]["label"] == "A"
-    assert blocks.read(clean, "ab_testing")["USER_SELECTIONS"] == []
+    assert blocks.read(clean, alice, "ab_testing")["USER_SELECTIONS"][-1]["label"] == "A"
+    assert blocks.read(clean, STUDIO, "ab_testing")["USER_SELECTIONS"] == []
 
 
 @pytest.mark.usefixtures("workers")
@@ -226,12 +236,14 @@ def test_cross_session_resume(clean):
         s.add(batch)
         s.flush()
         batch_id = batch.id
-    blocks.update(clean, "session_state", {"PENDING_WORK": [{"batch_id": batch_id, "request": batch.request}]}, actor="test")
+    blocks.update(
+        clean, STUDIO, "session_state", {"PENDING_WORK": [{"batch_id": batch_id, "request": batch.request}]}, by="test"
+    )
     result = run_cli("resume", "--yes")
     assert result.exit_code == 0 and f"batch {batch_id}" in result.output
     wait_batch(clean, batch_id)
     assert len(videos_of(clean, batch_id)) == 2
-    assert blocks.read(clean, "session_state")["PENDING_WORK"] == []
+    assert blocks.read(clean, STUDIO, "session_state")["PENDING_WORK"] == []
 
 
 @pytest.mark.usefixtures("workers")
@@ -240,7 +252,7 @@ def test_sleeptime_consolidation_every_n_interactions(clean):
     wait_batch(clean, batch_id)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        state = blocks.read(clean, "session_state")
+        state = blocks.read(clean, STUDIO, "session_state")
         if state["LAST_SESSION_SUMMARY"]:
             break
         time.sleep(0.5)
@@ -270,13 +282,13 @@ def test_sleeptime_consolidation_every_n_interactions(clean):
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(clean, args, message):
-    before = blocks.read_all(clean)
+    before = blocks.read_all(clean, STUDIO)
     result = run_cli(*args)
     assert result.exit_code != 0 and message in result.output
     assert len(result.output.strip().splitlines()) == 1
     with db.session_scope(clean) as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(Batch)) == 0
-    assert blocks.read_all(clean) == before
+    assert blocks.read_all(clean, STUDIO) == before
 
 
 @pytest.mark.usefixtures("workers")

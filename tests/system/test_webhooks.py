@@ -31,6 +31,7 @@ from standardwebhooks.webhooks import Webhook
 
 from mas import db
 from mas.cli import main
+from mas.domain.identity import STUDIO, Actor
 from mas.errors import InvalidInput
 from mas.models import Batch, BatchStatus, Schedule, StepLease, VideoState, WebhookEvent
 from mas.outbox import events, webhooks
@@ -145,7 +146,9 @@ def _add_events(settings, *, url: str, batches: int, each: int) -> list[str]:
 
 def _with_webhooks(settings, **update):
     """Settings that sign events and allow receivers on 127.0.0.1 (the tests' receivers)."""
-    return settings.model_copy(update={"webhook_secret": SecretStr(SECRET), "webhook_allowed_hosts": LOOPBACK, **update})
+    return settings.model_copy(
+        update={"webhook_secret": SecretStr(SECRET), "webhook_allowed_hosts": LOOPBACK, **update}
+    )
 
 
 LOOPBACK = "127.0.0.1"
@@ -241,7 +244,7 @@ def test_a_receiver_that_stays_down_backs_off_and_fails_while_its_batch_finishes
 
     settings = _with_webhooks(clean, webhook_max_attempts=3)
     down = _refused_url()
-    batch_id = production.submit(settings, parse_request("Create 2 videos of rope bridges", settings), notify_url=down)
+    batch_id = production.submit(settings, STUDIO, parse_request("Create 2 videos of rope bridges", settings), notify_url=down)
 
     def done() -> bool:
         webhooks.deliver_due(settings)  # a deliverer runs all along; it never raises for the receiver
@@ -281,8 +284,6 @@ def test_a_receiver_that_stays_down_backs_off_and_fails_while_its_batch_finishes
         assert "ConnectError" in event.last_error
     assert webhooks.pending(settings) == []
     assert {e.id for e in webhooks.failed(settings)} == {e.id for e in events}
-
-
 
 
 def test_two_deliverers_at_once_send_each_event_once_and_each_batch_in_order(clean):
@@ -401,7 +402,11 @@ def test_notify_stores_the_batch_receiver_and_a_bad_url_or_missing_secret_stores
         (("enqueue", "--notify", "not a url", "Create 2 videos of kites"), SECRET, "not an http(s) URL"),
         (("enqueue", "--notify", url, "Create 2 videos of kites"), None, "needs MAS_WEBHOOK_SECRET"),
         (("ab", "a kite", "--notify", url), None, "needs MAS_WEBHOOK_SECRET"),
-        (("enqueue", "--at", "03:00", "--notify", "file:///etc/passwd", "Create 2 videos of kites"), SECRET, "not an http(s)"),
+        (
+            ("enqueue", "--at", "03:00", "--notify", "file:///etc/passwd", "Create 2 videos of kites"),
+            SECRET,
+            "not an http(s)",
+        ),
     ):
         result = _cli(*args, secret=secret)
         assert result.exit_code == 2, result.output
@@ -428,9 +433,9 @@ def test_a_receiver_on_loopback_without_the_allowance_is_refused_at_submit_and_n
         for host in ("127.0.0.1", "localhost", "2130706433", "127.1", "[::ffff:127.0.0.1]"):
             url = receiver.url.replace("127.0.0.1", host)
             with pytest.raises(InvalidInput, match=r"resolves to a loopback address .*MAS_WEBHOOK_ALLOWED_HOSTS"):
-                production.submit(settings, request, notify_url=url)
+                production.submit(settings, STUDIO, request, notify_url=url)
             with pytest.raises(InvalidInput, match="loopback"):
-                production.schedule(settings, request, run_at=later, notify_url=url)
+                production.schedule(settings, STUDIO, request, run_at=later, notify_url=url)
         for args in (("enqueue", "--notify", receiver.url, "Create 2 videos of kites"),
                      ("enqueue", "--at", "03:00", "--notify", receiver.url, "Create 2 videos of kites")):  # fmt: skip
             result = _cli(*args, allowed=None)
@@ -453,7 +458,7 @@ def test_each_delivery_checks_the_receivers_address_again_and_connects_to_the_ad
     with Receiver() as receiver:
         rebound = f"http://hooks.rebind.test:{receiver.port}/hooks"
         dns = Dns(hooks_rebind_test=[["93.184.216.34"], ["127.0.0.1"]], hooks_pinned_test="127.0.0.1")
-        assert check_notify_url(settings, rebound, resolver=dns) == rebound  # public when submitted
+        assert check_notify_url(settings, STUDIO, rebound, resolver=dns) == rebound  # public when submitted
         refused = _add_events(settings, url=receiver.url, batches=2, each=1)
         refused += _add_events(settings, url=rebound, batches=1, each=1)
         report = webhooks.deliver_due(settings, resolver=dns)
@@ -538,11 +543,11 @@ def test_a_users_own_secret_signs_their_requests_events_and_the_studios_signs_it
         s.add(User(name="ana", role="member", webhook_secret=own))
     with Receiver() as theirs, Receiver() as studios:
         unsigned = clean.model_copy(update={"webhook_allowed_hosts": LOOPBACK, "webhook_secret": None})
-        ana = unsigned.for_user("ana")
-        assert check_notify_url(ana, theirs.url) == theirs.url  # her own secret is enough
+        ana = Actor("ana")
+        assert check_notify_url(unsigned, ana, theirs.url) == theirs.url  # her own secret is enough
         with pytest.raises(InvalidInput, match="needs MAS_WEBHOOK_SECRET set, or the user's own secret"):
-            check_notify_url(unsigned.for_user("ben"), theirs.url)
-        settings = _with_webhooks(clean, webhook_url=studios.url).for_user("ana")
+            check_notify_url(unsigned, Actor("ben"), theirs.url)
+        settings = _with_webhooks(clean, webhook_url=studios.url)
         request = ProductionRequest(text="Create 1 video of owls", kind="batch", count=1, theme="owls")
         with db.session_scope(settings) as s:
             batch = new_batch(s, request, priority="normal", user="ana", notify_url=theirs.url)

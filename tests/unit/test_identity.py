@@ -23,8 +23,10 @@ def test_an_admin_acts_for_whoever_it_names():
 
 
 def test_a_member_sees_their_own_and_an_admin_everyones():
-    assert ALICE.sees("alice") and not ALICE.sees("bob") and not ALICE.sees("default")
-    assert ROOT.sees("bob") and ROOT.sees("alice")
+    assert ALICE.scope() == ALICE.scope("alice") == "alice"  # a member's own, whatever they name
+    with pytest.raises(ActsForOthers):
+        ALICE.scope("bob")
+    assert ROOT.scope() is None and ROOT.scope("bob") == "bob"  # everyone's, or the user an admin names
 
 
 def test_an_api_key_is_shown_once_and_kept_as_a_hash():

@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from mas.config import Settings
+from mas.domain.identity import STUDIO
 from mas.errors import InvalidInput
 from mas.outbox import targets
 from mas.pipeline.production import check_notify_url
@@ -75,7 +76,9 @@ def test_every_form_of_an_internal_address_is_refused_as_the_resolver_reads_it(h
 def test_a_public_address_passes_and_is_the_one_to_connect_to(host):
     target = targets.check_url(f"https://{host}:8443/hooks?x=1", NO_RULES)
     assert target.port == 8443 and target.host == host.strip("[]")
-    assert ipaddress.ip_address(target.address) == ipaddress.ip_address(socket.getaddrinfo(host.strip("[]"), 1)[0][4][0])
+    assert ipaddress.ip_address(target.address) == ipaddress.ip_address(
+        socket.getaddrinfo(host.strip("[]"), 1)[0][4][0]
+    )
 
 
 def test_a_name_with_one_private_address_among_public_ones_is_refused():
@@ -114,7 +117,9 @@ def test_the_studios_own_services_are_refused_by_name_and_by_address():
         ("http://[2a04:4e42::15]/hook", "2a04:4e42::15"),
         ("http://mapped.example.com/hook", "::ffff:9765:10b (IPv4 151.101.1.11)"),
     ):
-        with pytest.raises(targets.TargetRefused, match=re.escape(f"an address of the studio's own services {address}")):
+        with pytest.raises(
+            targets.TargetRefused, match=re.escape(f"an address of the studio's own services {address}")
+        ):
             targets.check_url(url, rules, dns)
     assert targets.check_url("http://151.101.1.99/hook", rules, dns).address == "151.101.1.99"
     allowed = targets.rules(settings.changed(webhook_allowed_hosts="llm.example.org,151.101.1.12/32"), dns)
@@ -126,7 +131,7 @@ def test_a_name_that_rebinds_to_loopback_after_submit_is_refused_at_delivery():
     dns = Dns(hooks_rebind_example=[[PUBLIC], ["127.0.0.1"]])
     url = "https://hooks.rebind.example/in"
     settings = _settings()
-    assert check_notify_url(settings, url, resolver=dns) == url  # submitted: public then
+    assert check_notify_url(settings, STUDIO, url, resolver=dns) == url  # submitted: public then
     rules = targets.rules(settings, dns)
     with pytest.raises(targets.TargetRefused, match=re.escape("a loopback address 127.0.0.1")):
         targets.check_host("hooks.rebind.example", 443, rules, dns)  # delivered: loopback now
@@ -157,8 +162,10 @@ def test_a_name_that_does_not_resolve_is_retryable_at_delivery_and_refused_at_su
     with pytest.raises(targets.TargetUnresolved, match="does not resolve") as caught:
         targets.check_url("http://gone.example/in", NO_RULES, Dns())
     assert caught.value.retryable
-    with pytest.raises(InvalidInput, match=re.escape("'http://gone.example/in' has a host name that does not resolve now")):
-        check_notify_url(_settings(), "http://gone.example/in", resolver=Dns())
+    with pytest.raises(
+        InvalidInput, match=re.escape("'http://gone.example/in' has a host name that does not resolve now")
+    ):
+        check_notify_url(_settings(), STUDIO, "http://gone.example/in", resolver=Dns())
     with pytest.raises(targets.TargetRefused, match="not a valid name"):
         targets.check_url(f"http://{'a' * 64}.example/in", NO_RULES)  # no DNS asked: IDNA refuses the label
 
@@ -166,17 +173,17 @@ def test_a_name_that_does_not_resolve_is_retryable_at_delivery_and_refused_at_su
 def test_submit_names_the_url_redacted_and_why_and_how_to_allow_it():
     url = "http://hooks:s3cretpw@127.0.0.1:9/in?token=t0psecret"
     with pytest.raises(InvalidInput) as caught:
-        check_notify_url(_settings(), url)
+        check_notify_url(_settings(), STUDIO, url)
     message = str(caught.value)
     assert message == (
         "the webhook URL 'http://hooks:***@127.0.0.1:9/in?token=***' resolves to a loopback address 127.0.0.1; "
         "allow it with MAS_WEBHOOK_ALLOWED_HOSTS; nothing was queued"
     )
-    assert check_notify_url(_settings(webhook_allowed_hosts="127.0.0.1"), url) == url
+    assert check_notify_url(_settings(webhook_allowed_hosts="127.0.0.1"), STUDIO, url) == url
     for bad in ("http://[::1/in", "http://127.0.0.1:99999/in", "ftp://93.184.216.34/in"):
         with pytest.raises(InvalidInput, match="not an http"):
-            check_notify_url(_settings(), bad)
-    assert check_notify_url(_settings(), f"https://{PUBLIC}/in") == f"https://{PUBLIC}/in"
+            check_notify_url(_settings(), STUDIO, bad)
+    assert check_notify_url(_settings(), STUDIO, f"https://{PUBLIC}/in") == f"https://{PUBLIC}/in"
 
 
 def test_the_allowed_hosts_setting_is_comma_separated_names_and_networks(monkeypatch, tmp_path):

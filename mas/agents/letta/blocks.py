@@ -23,6 +23,7 @@ from mas.agents.letta.errors import LettaNotFound
 from mas.agents.letta.provisioning import crew
 from mas.agents.letta.server import block_text
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.memory import blocks as studio_blocks
 from mas.memory.blocks import SCHEMAS, BlockError, Change, apply_change
 from mas.singletons import per_process
@@ -49,8 +50,8 @@ class LettaBlockStore:
     block, not silently reset. A block deleted on the server is provisioned again on its next use.
     """
 
-    def __init__(self, settings: Settings, *, lock: bool = True) -> None:
-        self.settings, self.lock = settings, lock
+    def __init__(self, settings: Settings, actor: Actor, *, lock: bool = True) -> None:
+        self.settings, self.actor, self.lock = settings, actor, lock
 
     def read(self, label: str) -> dict[str, Any]:
         return self._on_block(label, lambda block_id: self._retrieve(label, block_id))
@@ -76,7 +77,7 @@ class LettaBlockStore:
             pushed[block_id] = value
             return True
 
-        if label in SCHEMAS and pushed.get(crew(self.settings).blocks[label]) == value:
+        if label in SCHEMAS and pushed.get(crew(self.settings, self.actor).blocks[label]) == value:
             return False  # the common case: no lock, no server call
         with self._exclusive(label):
             return self._on_block(label, write)
@@ -84,19 +85,19 @@ class LettaBlockStore:
     def _exclusive(self, label: str):
         if not self.lock or label not in SCHEMAS:
             return nullcontext()
-        row = studio_blocks.row_label(self.settings, label)  # a user's taste block is theirs: so is its lock
+        row = studio_blocks.row_label(self.actor, label)  # a user's taste block is theirs: so is its lock
         return locks.held(db.ready_engine(self.settings), names.block_lock(row), timeout_s=BLOCK_LOCK_TIMEOUT_S)
 
     def _on_block(self, label: str, action: Callable[[str], Any]) -> Any:
         """Run `action(block_id)`; a block deleted on the server is looked up (or provisioned) again once."""
         if label not in SCHEMAS:
             raise BlockError(f"unknown memory block {label!r}; blocks are: {', '.join(SCHEMAS)}")
-        block_id = crew(self.settings).blocks[label]
+        block_id = crew(self.settings, self.actor).blocks[label]
         try:
             return action(block_id)
         except LettaNotFound:
             log.warning("Letta block %s (%s) vanished; looking it up again", label, block_id)
-        return action(crew(self.settings, refresh=True).blocks[label])
+        return action(crew(self.settings, self.actor, refresh=True).blocks[label])
 
     def _retrieve(self, label: str, block_id: str) -> dict[str, Any]:
         with translated(f"reading block {label}"):
@@ -111,10 +112,10 @@ class LettaBlockStore:
         return new
 
 
-def push_studio_blocks(settings: Settings, *, lock: bool = True) -> list[str]:
+def push_studio_blocks(settings: Settings, actor: Actor, *, lock: bool = True) -> list[str]:
     """Bring the server's copies of the core blocks up to date with the studio's; the labels written."""
-    store = LettaBlockStore(settings, lock=lock)
-    written = [label for label, value in studio_blocks.read_all(settings).items() if store.push(label, value)]
+    store = LettaBlockStore(settings, actor, lock=lock)
+    written = [label for label, value in studio_blocks.read_all(settings, actor).items() if store.push(label, value)]
     if written:
         log.debug("pushed blocks %s to Letta", ", ".join(written))
     return written

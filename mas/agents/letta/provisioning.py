@@ -43,6 +43,7 @@ from mas.agents.letta.server import (
 )
 from mas.agents.protocol import system_prompt
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.memory import recall
 from mas.memory.blocks import defaults
 from mas.singletons import per_process
@@ -80,23 +81,23 @@ def _ids(conversation: str, agent) -> AgentIds:
     )
 
 
-def find(settings: Settings, *, api=None) -> Provisioned | None:
-    """What is provisioned for `settings.user`, found by name and tag; None if any block or agent is missing."""
+def find(settings: Settings, actor: Actor, *, api=None) -> Provisioned | None:
+    """What is provisioned for `actor.user`, found by name and tag; None if any block or agent is missing."""
     api = api or client(settings)
-    blocks = blocks_by_label(api, user=settings.user)
+    blocks = blocks_by_label(api, user=actor.user)
     if any(not found for found in blocks.values()):
         return None
     agents = {}
     for conversation in crew_conversations(settings):
-        agent = find_agent(api, conversation, user=settings.user)
+        agent = find_agent(api, conversation, user=actor.user)
         if agent is None or not sleeptime_group(agent):
             return None
         agents[conversation] = _ids(conversation, agent)
     return Provisioned(blocks={label: found[0].id for label, found in blocks.items()}, agents=agents)
 
 
-def provision(settings: Settings, *, api=None, lock: bool = True) -> Provisioned:
-    """Create what is missing of `settings.user`'s crew and repair what drifted; the same result, and
+def provision(settings: Settings, actor: Actor, *, api=None, lock: bool = True) -> Provisioned:
+    """Create what is missing of `actor`'s crew and repair what drifted; the same result, and
     nothing new, when run again.
 
     `lock` serializes concurrent provisioning (say two workers starting at once) on an advisory lock in
@@ -105,15 +106,15 @@ def provision(settings: Settings, *, api=None, lock: bool = True) -> Provisioned
     api = api or client(settings)
     if lock:
         with locks.held(db.ready_engine(settings), names.LETTA_PROVISION_LOCK):
-            return _provision(settings, api)
-    return _provision(settings, api)
+            return _provision(settings, actor, api)
+    return _provision(settings, actor, api)
 
 
-def _provision(settings: Settings, api) -> Provisioned:
+def _provision(settings: Settings, actor: Actor, api) -> Provisioned:
     created: list[str] = []
     changed: list[str] = []
     blocks: dict[str, str] = {}
-    for label, found in blocks_by_label(api, user=settings.user).items():
+    for label, found in blocks_by_label(api, user=actor.user).items():
         if found:
             if len(found) > 1:
                 log.warning("%d Letta blocks labelled %r carry tag %r; using %s", len(found), label, TAG, found[0].id)
@@ -124,7 +125,7 @@ def _provision(settings: Settings, api) -> Provisioned:
                 label=label,
                 value=block_text(defaults(label, settings)),
                 limit=settings.memory.core_block_max_chars,
-                tags=block_tags(label, settings.user),
+                tags=block_tags(label, actor.user),
                 description=f"{label}: one JSON object (Appendix B schema); keep it valid JSON.",
             )
         blocks[label] = block.id
@@ -133,32 +134,34 @@ def _provision(settings: Settings, api) -> Provisioned:
 
     agents: dict[str, AgentIds] = {}
     for conversation in crew_conversations(settings):
-        name = agent_name(conversation, settings.user)
-        agent = find_agent(api, conversation, user=settings.user)
+        name = agent_name(conversation, actor.user)
+        agent = find_agent(api, conversation, user=actor.user)
         fresh = agent is None
         if fresh:
             with translated(f"creating agent {name}"):
                 agent = api.agents.create(
-                    name=letta_name(conversation, settings.user),
+                    name=letta_name(conversation, actor.user),
                     model=settings.letta.model,
                     embedding=settings.letta.embedding,
                     system=system_prompt(recall.agent_of(conversation)),
                     block_ids=list(blocks.values()),
-                    tags=agent_tags(recall.agent_of(conversation), settings.user),
+                    tags=agent_tags(recall.agent_of(conversation), actor.user),
                     enable_sleeptime=True,
                     description=f"mas {name}",
                 )
             created.append(f"agent {name}")
             log.info("created Letta agent %s (%s)", name, agent.id)
-            agent = find_agent(api, conversation, user=settings.user) or agent
+            agent = find_agent(api, conversation, user=actor.user) or agent
         # a new agent's companion is set up here too; that is part of creating it, not a repair
-        agents[conversation] = _repair(settings, api, conversation, agent, blocks, [] if fresh else changed)
+        agents[conversation] = _repair(settings, actor, api, conversation, agent, blocks, [] if fresh else changed)
     return Provisioned(blocks=blocks, agents=agents, created=created, changed=changed)
 
 
-def _repair(settings: Settings, api, conversation: str, agent, blocks: dict[str, str], changed: list[str]) -> AgentIds:
+def _repair(
+    settings: Settings, actor: Actor, api, conversation: str, agent, blocks: dict[str, str], changed: list[str]
+) -> AgentIds:
     """Bring one found agent to the wanted state; note each change."""
-    name = agent_name(conversation, settings.user)
+    name = agent_name(conversation, actor.user)
     attached = {b.id for b in (agent.blocks or [])}
     for label, block_id in blocks.items():
         if block_id not in attached:
@@ -170,7 +173,7 @@ def _repair(settings: Settings, api, conversation: str, agent, blocks: dict[str,
         with translated(f"enabling sleeptime on {name}"):
             api.agents.update(agent.id, enable_sleeptime=True)
         changed.append(f"{name}: enabled sleeptime")
-        agent = find_agent(api, conversation, user=settings.user)
+        agent = find_agent(api, conversation, user=actor.user)
         group = sleeptime_group(agent) if agent is not None else None
         if not group:
             raise LettaRejected(f"enabling sleeptime on {name} made no sleeptime group")
@@ -214,20 +217,20 @@ class _Forgettable(Protocol):
     def forget(self) -> None: ...
 
 
-@per_process(key=lambda settings: (settings.letta.url, settings.user))
-def _known_crew(settings: Settings) -> Provisioned:
+@per_process(key=lambda settings, actor: (settings.letta.url, actor.user))
+def _known_crew(settings: Settings, actor: Actor) -> Provisioned:
     api = client(settings)
-    return find(settings, api=api) or provision(settings, api=api)
+    return find(settings, actor, api=api) or provision(settings, actor, api=api)
 
 
-def crew(settings: Settings, *, refresh: bool = False) -> Provisioned:
-    """`settings.user`'s provisioned ids on this server, looked up once per process (provisioned if missing).
+def crew(settings: Settings, actor: Actor, *, refresh: bool = False) -> Provisioned:
+    """`actor`'s provisioned ids on this server, looked up once per process (provisioned if missing).
 
     `refresh` looks them up again: for a caller that found an agent or block gone from the server.
     """
     if refresh:
         cast(_Forgettable, _known_crew).forget()
-    return _known_crew(settings)
+    return _known_crew(settings, actor)
 
 
 def forget() -> None:

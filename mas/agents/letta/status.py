@@ -15,6 +15,7 @@ from mas.agents.letta.server import (
     sleeptime_group,
 )
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.memory.blocks import SCHEMAS
 from mas.redaction import redact_url
 
@@ -80,7 +81,7 @@ class LettaStatus:
         return self.healthy and all(self.blocks.values()) and all(a.id and not a.problems for a in self.agents)
 
 
-def status(settings: Settings, *, api=None) -> LettaStatus:
+def status(settings: Settings, actor: Actor, *, api=None) -> LettaStatus:
     """Server health, shared block ids, and per agent: id, in-context messages, sleeptime frequency and
     companions (with their autoclear flag). Provisions nothing."""
     api = api or client(settings)
@@ -88,15 +89,13 @@ def status(settings: Settings, *, api=None) -> LettaStatus:
     state = health(settings, api=api)
     if not state.ok:
         return LettaStatus(url=url, healthy=False, version=state.version, blocks={}, agents=[], error=state.detail)
-    blocks = {
-        label: (found[0].id if found else None) for label, found in blocks_by_label(api, user=settings.user).items()
-    }
-    agents = [_agent_status(settings, api, talk, blocks) for talk in crew_conversations(settings)]
+    blocks = {label: (found[0].id if found else None) for label, found in blocks_by_label(api, user=actor.user).items()}
+    agents = [_agent_status(settings, actor, api, talk, blocks) for talk in crew_conversations(settings)]
     return LettaStatus(url=url, healthy=True, version=state.version, blocks=blocks, agents=agents)
 
 
-def _agent_status(settings: Settings, api, role: str, blocks: dict[str, str | None]) -> AgentStatus:
-    agent = find_agent(api, role, user=settings.user)
+def _agent_status(settings: Settings, actor: Actor, api, role: str, blocks: dict[str, str | None]) -> AgentStatus:
+    agent = find_agent(api, role, user=actor.user)
     if agent is None:
         return AgentStatus(role=role, id=None, problems=["missing: run `mas letta provision`"])
     problems = []

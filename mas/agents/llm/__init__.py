@@ -11,21 +11,24 @@ from mas.agents.llm.errors import LLMError, LLMMisconfigured, LLMRejected, LLMRe
 from mas.agents.meaning import StudioMeaning
 from mas.agents.roles import Agents
 from mas.config import Settings
+from mas.domain.identity import Actor
 
 
-def llm_agents(settings: Settings, *, rank: Ranker | None = None, serialize: bool = True) -> Agents:
+def llm_agents(settings: Settings, actor: Actor, *, rank: Ranker | None = None, serialize: bool = True) -> Agents:
     """The four roles played by llm agents; `rank` (the user's taste) picks among Writer candidates."""
     meaning = StudioMeaning(settings)
     return Agents(
-        director=AskingDirector(LLMAgent(settings, "director", serialize=serialize), meaning=meaning),
+        director=AskingDirector(LLMAgent(settings, actor, "director", serialize=serialize), meaning=meaning),
         writer=AskingWriter(
-            LLMAgent(settings, "writer", serialize=serialize),
+            LLMAgent(settings, actor, "writer", serialize=serialize),
             candidates=settings.agents.writer_candidates,
             rank=rank,
             meaning=meaning,
         ),
-        cameraman=AskingCameraman(LLMAgent(settings, "cameraman", serialize=serialize)),
-        consolidator=AskingConsolidator(LLMAgent(settings, "director_sleeptime", history=False, serialize=serialize)),
+        cameraman=AskingCameraman(LLMAgent(settings, actor, "cameraman", serialize=serialize)),
+        consolidator=AskingConsolidator(
+            LLMAgent(settings, actor, "director_sleeptime", history=False, serialize=serialize)
+        ),
     )
 
 

@@ -27,6 +27,7 @@ from mas.agents.protocol import Question, Reply
 from mas.agents.replies import parse_json_object, problem
 from mas.config import Settings
 from mas.db import session_scope
+from mas.domain.identity import Actor
 from mas.memory import recall
 from mas.models import AgentCall
 
@@ -59,8 +60,10 @@ class LLMAgent:
     studio database.
     """
 
-    def __init__(self, settings: Settings, agent: str, *, history: bool = True, serialize: bool = True) -> None:
-        self.settings, self.agent, self.history, self.serialize = settings, agent, history, serialize
+    def __init__(
+        self, settings: Settings, actor: Actor, agent: str, *, history: bool = True, serialize: bool = True
+    ) -> None:
+        self.settings, self.actor, self.agent, self.history, self.serialize = settings, actor, agent, history, serialize
         self.last: Exchange | None = None
 
     def ask(self, question: Question[Reply]) -> Reply:
@@ -80,10 +83,10 @@ class LLMAgent:
         conversation's summary and messages), what changes every call last (`changing_memory` and the
         question), so an endpoint's prefix cache serves all but the end of each call."""
         self.last = None
-        messages = [{"role": "system", "content": system_prompt(self.settings, self.agent)}]
+        messages = [{"role": "system", "content": system_prompt(self.settings, self.actor, self.agent)}]
         if self.history and not question.alone:
             messages += conversation(self.settings, talk)
-        now = changing_memory(self.settings, talk)
+        now = changing_memory(self.settings, self.actor, talk)
         messages.append({"role": "user", "content": f"{now}\n\n{question.message()}"})
         schema = question.schema()
         prompt_tokens = cached_tokens = completion_tokens = 0

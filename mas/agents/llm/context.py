@@ -24,6 +24,7 @@ from typing import Any
 
 from mas.agents.protocol import PERSONAS, PROTOCOL
 from mas.config import Settings
+from mas.domain.identity import Actor
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
 
@@ -52,28 +53,28 @@ STUDIO = "You work in an autonomous AI video studio."
 """The opening every role shares, so that what follows it (protocol, core blocks) is a prefix they share."""
 
 
-def system_prompt(settings: Settings, agent: str) -> str:
+def system_prompt(settings: Settings, actor: Actor, agent: str) -> str:
     """The protocol and the core blocks that rarely change, which every role shares, then the agent's
     persona: a server that caches one prompt (llama.cpp's) reuses the shared part from call to call
     whichever role asks, one that caches many (vLLM, hosted APIs) the whole of it."""
-    core = _blocks(settings, stable=True)
+    core = _blocks(settings, actor, stable=True)
     if recall.is_sleeptime(agent):
         return f"{SLEEPTIME_PERSONA}{SLEEPTIME_PROTOCOL}\n\n# Core memory\n{core}"
     return f"{STUDIO}{PROTOCOL}\n\n# Core memory\n{core}\n\n# Your role\n{PERSONAS[recall.agent_of(agent)]}"
 
 
-def changing_memory(settings: Settings, conversation: str) -> str:
+def changing_memory(settings: Settings, actor: Actor, conversation: str) -> str:
     """The core blocks every step rewrites and the memory statistics, as of this call."""
     return (
-        f"# Core memory, now\n{_blocks(settings, stable=False)}\n\n"
+        f"# Core memory, now\n{_blocks(settings, actor, stable=False)}\n\n"
         f"# Memory statistics\n{memory_statistics(settings, conversation)}"
     )
 
 
-def _blocks(settings: Settings, *, stable: bool) -> str:
+def _blocks(settings: Settings, actor: Actor, *, stable: bool) -> str:
     return "\n".join(
         f"<{label}>{json.dumps(value, ensure_ascii=False, separators=(',', ':'))}</{label}>"
-        for label, value in blocks.read_all(settings).items()
+        for label, value in blocks.read_all(settings, actor).items()
         if (label not in CHANGING) == stable
     )
 

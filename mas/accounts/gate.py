@@ -1,7 +1,8 @@
 """The gate in front of every page and API route: the Host header, requests sent from another site's page,
 and the credential, which decides who acts (`mas.domain.identity.Identity`, kept in the request's scope).
 
-Credentials, in order: the operator's `MAS_API_TOKEN` (an admin acting as MAS_USER), a user's API key
+It lives with the accounts it checks, below the gallery and the API that it guards. Credentials, in order: the
+operator's `MAS_API_TOKEN` (an admin, as the operator `mas serve` names: `--user` / MAS_USER), a user's API key
 (`Authorization: Bearer mas_...`), the configured gallery login (MAS_GALLERY_USER, an admin as today), a
 user's own gallery login (`mas users password`). A studio with none of these configured and no users is
 open (it serves only loopback then) and everyone acts as its operator. A login's failures are counted per user
@@ -23,12 +24,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mas.accounts import throttle, users
-from mas.api.callers import SCOPE_KEY
 from mas.config import Settings
 from mas.db import DatabaseUnavailable
-from mas.domain.identity import Identity
+from mas.domain.identity import Actor, Identity
 from mas.errors import InvalidSettings
 from mas.runtime.failover import away_message
+
+SCOPE_KEY = "mas.identity"
+"""Where the gate keeps the proven `Identity` in a request's scope (read by `mas.api.callers.identity_of`)."""
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 """Probes answer without credentials (they tell whether the studio works, not what it holds)."""
@@ -51,9 +54,10 @@ class Gate:
     """Refuses a request before any route runs (a Host header not allowed, a cross-site write, a missing or
     wrong credential) and otherwise records who it is from."""
 
-    def __init__(self, app: ASGIApp, *, settings: Settings, hosts: frozenset[str] | None) -> None:
+    def __init__(self, app: ASGIApp, *, settings: Settings, hosts: frozenset[str] | None, operator: Actor) -> None:
         self.app = app
         self.settings = settings
+        self.operator = operator
         login = configured_login(settings)
         self.login = None if login is None else (login[0].encode(), login[1].encode())
         self.token = settings.service.api_token.get_secret_value().encode() if settings.service.api_token else None
@@ -113,7 +117,7 @@ class Gate:
         return None
 
     def _operator(self) -> Identity:
-        return Identity(name=self.settings.user, role="admin")
+        return Identity(name=self.operator.user, role="admin")
 
 
 def _refusal(headers: Headers, path: str, method: str, hosts: frozenset[str] | None) -> Response | None:
