@@ -21,7 +21,10 @@ without a word). A model reader's disagreements with the studio's own reader are
 
 Prompts (`prompts.json`: a prompt, the style it is judged against, whether it carries the liked items and
 whether it names a ruled-out one) are checked by `mas.agents.style_check` with the MiniLM model: good prompts
-refused (false refusals), bad English prompts let through (misses), foreign prompts left unchecked.
+refused (false refusals), bad English prompts let through (misses), prompts left unchecked (another language,
+or a ruled-out item the checks are not sure of). Each is checked twice: without a model (caught, passed,
+unchecked), and as a model-backed writer checks it (`mas.agents.prompt_check`), with the `labelled` stand-in
+answering the `check_style` question from the prompt's labels.
 
     python bench/style_bench.py --part tune --verbose            # what the rules may be tuned on
     python bench/style_bench.py --readers studio,labelled,smollm2,gemma3 --output bench/RESULTS-style.md
@@ -34,13 +37,14 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import ROOT, command_line, machine, provenance
 
-from mas.agents import style_check, style_reader
+from mas.agents import prompt_check, style_check, style_reader
 from mas.agents.asking import AskingDirector
 from mas.agents.protocol import Question
 from mas.agents.reading import one_sided_families
@@ -208,15 +212,25 @@ def score_reader(read: Reader, feedbacks: list[dict]) -> dict[str, Score]:
 
 class LabelledModel:
     """A stand-in model (no network, no weights): answers `read_style` with the feedback's labelled reading,
+    and `check_style` from the prompt's labels (which say whether it shows a ruled-out item, not which: every
+    ruled-out item asked about is named when it does, every liked one asked about when it misses one),
     validated as a real model's reply is, and asked again with the problems the same way."""
 
-    def __init__(self, feedbacks: list[dict], *, tries: int = 3) -> None:
+    def __init__(self, feedbacks: Sequence[dict], prompts: Sequence[dict] = (), *, tries: int = 3) -> None:
         self._answers = {e["feedback"]: e for e in feedbacks}
+        self._prompts = {e["prompt"]: e for e in prompts}
         self._tries = tries
 
     def ask(self, question: Question):
-        entry = self._answers[question.payload["feedback"]]
-        answer = {"liked": entry["liked"], "ruled_out": entry["ruled_out"]}
+        if question.task == "check_style":
+            asked, label = question.payload, self._prompts[question.payload["prompt"]]
+            answer = {
+                "shows_ruled_out": asked["ruled_out"] if label["names_ruled_out"] else [],
+                "misses_liked": [] if label["carries"] else asked["liked"],
+            }
+        else:
+            entry = self._answers[question.payload["feedback"]]
+            answer = {"liked": entry["liked"], "ruled_out": entry["ruled_out"]}
         errors = []
         for _ in range(self._tries):
             try:
@@ -226,11 +240,17 @@ class LabelledModel:
         raise NoValidReply("; ".join(errors[-1:]))
 
 
-def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None) -> dict:
-    """False refusals of good prompts, misses of bad English ones, and foreign prompts left unchecked."""
+STATES = {"refused": "caught", "applied": "passed", "unchecked": "unchecked"}
+"""A check's state, as the prompt figures count it."""
+
+
+def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None, model: LabelledModel | None) -> dict:
+    """False refusals of good prompts, misses of bad English ones, and prompts left unchecked; and how each
+    kind of prompt ends without a model and with `model` asked (`states`: (asker, state) counts)."""
     good = {"en": [0, 0], "foreign": [0, 0]}  # [refused, of]
     bad_en = {"missing": [0, 0], "names": [0, 0], "any": [0, 0]}  # [caught, of]
     unchecked = {"en": 0, "foreign": 0}
+    states: dict[str, Counter] = {}
     notes = []
     for entry in prompts:
         style = Style(items=tuple(labelled(entry["style"])))
@@ -239,6 +259,14 @@ def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None) -> d
         unchecked[group] += not check.checked
         refused = check.checked and not check.applied
         is_good = entry["carries"] and not entry["names_ruled_out"]
+        counts = states.setdefault(
+            f"{'good' if is_good else 'bad'} {'English' if group == 'en' else 'foreign'}", Counter()
+        )
+        counts["none", STATES[check.state]] += 1
+        if model is not None:
+            counts["labelled", STATES[prompt_check.checked(model, entry["prompt"], style, meaning).state]] += 1
+        if check.unsure:
+            notes.append(f"unsure ({'good' if is_good else 'bad'}): {entry['prompt']!r}: {check.unsure}")
         if is_good:
             good[group][1] += 1
             good[group][0] += refused
@@ -253,9 +281,9 @@ def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None) -> d
                 if bad:
                     bad_en[kind][1] += 1
                     bad_en[kind][0] += seen
-            if not refused:
+            if check.applied:
                 notes.append(f"missed bad: {entry['prompt']!r} against {_show(list(style.items))}")
-    return {"good": good, "bad_en": bad_en, "unchecked": unchecked, "notes": notes}
+    return {"good": good, "bad_en": bad_en, "unchecked": unchecked, "states": states, "notes": notes}
 
 
 def studio_reading(feedback: str) -> Reading:
@@ -321,11 +349,22 @@ def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[s
         f"| good foreign prompts refused | {good['foreign'][0]} of {good['foreign'][1]} |",
         f"| foreign prompts the studio's checks cannot read (a model checks them; without one: unchecked) | "
         f"{unchecked['foreign']} |",
-        f"| English prompts left unchecked | {unchecked['en']} |",
+        f"| English prompts left unchecked (a ruled-out item the checks are not sure of) | {unchecked['en']} |",
         f"| bad English prompts caught | {bad['any'][0]} of {bad['any'][1]} |",
         f"| ... missing a liked item: the miss found | {bad['missing'][0]} of {bad['missing'][1]} |",
         f"| ... naming a ruled-out item: found | {bad['names'][0]} of {bad['names'][1]} |",
+        "",
+        "How each prompt ends: without a model (caught: refused; unchecked: recorded so), and with a model asked the "
+        "one `check_style` question where the checks cannot read or tell. The model here is the `labelled` "
+        "stand-in, not a model: it answers from the prompt's labels.",
+        "",
+        "| prompts | of | no model: caught / passed / unchecked | `labelled` stand-in asked: caught / passed / unchecked |",
+        "|---|---|---|---|",
     ]
+    for row, c in sorted(prompts["states"].items(), key=lambda rc: (rc[0].endswith("foreign"), rc[0])):
+        of = sum(n for (asker, _), n in c.items() if asker == "none")
+        shown = [" / ".join(str(c[asker, s]) for s in STATES.values()) for asker in ("none", "labelled")]
+        lines.append(f"| {row} | {of} | {shown[0]} | {shown[1]} |")
     return lines
 
 
@@ -368,13 +407,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     feedbacks, prompts = load("feedbacks", args.part), load("prompts", args.part)
+    stand_in = LabelledModel(feedbacks, prompts)
     scores, walls = {}, {}
     for name in args.readers.split(","):
         close: Callable[[], None] = lambda: None  # noqa: E731
         if name == "studio":
             read: Reader = studio_reading
         elif name == "labelled":
-            read = AskingDirector(LabelledModel(feedbacks)).read_style
+            read = AskingDirector(stand_in).read_style
         else:
             read, close = model_reader(name)
         start = time.monotonic()
@@ -388,16 +428,17 @@ def main() -> None:
             for group in scores[name].values():
                 print(f"--- {name}", *group.inversions, *group.wrong, sep="\n")
     meaning = open_embedder(default_model_path(), default_cache_dir())
-    checked = score_prompts(prompts, meaning)
+    checked = score_prompts(prompts, meaning, stand_in)
     sweep: list[str] = []
     themes: list[str] = []
     phrases: list[str] = []
+    bands: list[str] = []
     if args.sweep:  # how the embedding thresholds were set: every pair, on this set's prompts
         chosen = style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY
         for carries in (0.5, 0.55, 0.6, 0.62, 0.65, 0.7):
             for names in (0.6, 0.65, 0.7, 0.75, 0.8):
                 style_check.CARRIES_SIMILARITY, style_check.NAMES_SIMILARITY = carries, names
-                r = score_prompts(prompts, meaning)
+                r = score_prompts(prompts, meaning, None)
                 sweep.append(
                     f"| {carries} | {names} | {r['good']['en'][0]} of {r['good']['en'][1]} | "
                     f"{r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
@@ -406,7 +447,7 @@ def main() -> None:
         theme = style_check.THEME_SIMILARITY
         for at in (0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.25, 0.3):
             style_check.THEME_SIMILARITY = at
-            r = score_prompts(prompts, meaning)
+            r = score_prompts(prompts, meaning, None)
             themes.append(
                 f"| {at} | {r['good']['en'][0]} of {r['good']['en'][1]} | {r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
             )
@@ -414,11 +455,22 @@ def main() -> None:
         phrase = style_check.PHRASE_SIMILARITY
         for at in (0.3, 0.4, 0.45, 0.5, 0.55, 0.6):
             style_check.PHRASE_SIMILARITY = at
-            r = score_prompts(prompts, meaning)
+            r = score_prompts(prompts, meaning, None)
             phrases.append(
                 f"| {at} | {r['good']['en'][0]} of {r['good']['en'][1]} | {r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
             )
         style_check.PHRASE_SIMILARITY = phrase
+        unsure = style_check.UNSURE_SIMILARITY
+        for at in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 1.01):
+            style_check.UNSURE_SIMILARITY = at
+            r = score_prompts(prompts, meaning, stand_in)
+            bad, good = r["states"]["bad English"], r["states"]["good English"]
+            bands.append(
+                f"| {'none (before)' if at > 1 else at} | {good['none', 'caught']} | {good['none', 'unchecked']} | "
+                f"{bad['none', 'caught']} / {bad['none', 'unchecked']} | {bad['labelled', 'caught']} | "
+                f"{good['labelled', 'caught']} |"
+            )
+        style_check.UNSURE_SIMILARITY = unsure
     if args.verbose:
         print("--- prompts", *checked["notes"], sep="\n")
     lines = [
@@ -448,6 +500,11 @@ def main() -> None:
             "| a ruled-out phrase named at | good English refused | bad English caught |",
             "|---|---|---|",
             *phrases,
+            "",
+            "| not sure from | good English refused | good English unchecked | bad English caught / unchecked "
+            "(no model) | bad English caught (stand-in asked) | good English refused (stand-in asked) |",
+            "|---|---|---|---|---|---|",
+            *bands,
         ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -67,7 +67,8 @@ def _default(field: Any) -> str:
 def _settings() -> str:
     from mas.config import GROUPS, Settings
 
-    sections = [("general", {name: Settings.model_fields[name] for name in ("data_dir", "user")})]
+    general = {name: field for name, field in Settings.model_fields.items() if name not in GROUPS}
+    sections = [("general", general)]
     sections += [(name, group.model_fields) for name, group in GROUPS.items()]
     out = []
     for name, fields in sections:

@@ -1,9 +1,12 @@
-"""A prompt the studio's checks cannot read (another language, another phrasing), checked by the model.
+"""A prompt the studio's checks cannot read (another language, another phrasing) or cannot tell, checked by
+the model.
 
 The studio's own checks read English (`mas.agents.style_check`). For any other prompt the model that wrote
 it is asked one short structured question: which ruled-out items does it show, which liked ones does it
-miss. Its answer, naming only items of the lists it was given, is the check; without a valid answer the
-prompt stays unchecked, and says so.
+miss. An English prompt the checks pass but are not sure of (a ruled-out item of several words that a
+clause is near, `style_check.UNSURE_SIMILARITY`) gets the same question of those items only: the rest the
+studio has read. The answer, naming only items of the lists it was given, is the check; without a valid
+answer the prompt stays unchecked, and says so.
 """
 
 from __future__ import annotations
@@ -35,13 +38,16 @@ class Asker(Protocol):
 def checked(
     asker: Asker, prompt: str, style: Style, meaning: Meaning | None = None, *, video_id: int | None = None
 ) -> StyleCheck:
-    """The studio's check of `prompt`; where it cannot read the prompt, the model's (`by="model"`), and
-    where the model gives no valid answer, unchecked."""
+    """The studio's check of `prompt`; where it cannot read the prompt or tell, the model's (`by="model"`),
+    and where the model gives no valid answer, unchecked."""
     own = style_check.check(prompt, style, meaning)
     if own.checked:
         return own
-    liked = [i.words for i in style.liked if i.aspect in style_check.REQUIRED_ASPECTS]
-    ruled_out = [i.words for i in style.ruled_out]
+    if own.unsure:  # read and passed by the rules but for these items: only they are asked
+        liked, ruled_out = [], own.unsure
+    else:
+        liked = [i.words for i in style.liked if i.aspect in style_check.REQUIRED_ASPECTS]
+        ruled_out = [i.words for i in style.ruled_out]
     try:
         reply: PromptStyleReply = asker.ask(
             Question(
@@ -60,6 +66,7 @@ def checked(
         return own
     return StyleCheck(
         by="model",
+        unsure=own.unsure,
         missing=[w for w in liked if w.lower() in {t.strip().lower() for t in reply.misses_liked}],
         disliked=[w for w in ruled_out if w.lower() in {t.strip().lower() for t in reply.shows_ruled_out}],
     )

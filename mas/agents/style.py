@@ -56,10 +56,13 @@ def colour_families(text: str) -> set[str]:
 def covers(general: str, specific: str) -> bool:
     """Whether ruling out the colour `general` rules out `specific`: the same word, or a family's name and a
     shade of it (red covers crimson; crimson does not cover red; coral, also a thing, is named only as
-    itself)."""
-    return general == specific or (
-        general in V.BASIC_COLOURS and V.COLOR_FAMILIES[specific][0] == general and specific not in V.DUAL_USE
-    )
+    itself), or a word for the family's own colour (gold covers golden and gilded)."""
+    if general == specific:
+        return True
+    if general not in V.BASIC_COLOURS or specific in V.DUAL_USE:
+        return False
+    shade = V.COLOR_FAMILIES[specific]
+    return shade[0] == general or shade == V.COLOR_FAMILIES.get(general)
 
 
 def same_colour(a: str, b: str) -> bool:

@@ -5,8 +5,9 @@ Colours are judged by family (violet is purple, cobalt is blue), moods and pacin
 (brooding is moody), other words by the embedding model (MiniLM) above a threshold set on the labelled set
 (`bench/style_bench.py`). "no red" in a prompt does not ask for red; "Orange County" and "bright-eyed" are
 not colours or moods. A ruled-out item of several words is named by all its words, or by a part of the
-prompt that means it as a whole. A prompt in a language the checks do not read is not judged here: its
-check says so, and a model-backed writer asks its model (`mas.agents.prompt_check`).
+prompt that means it as a whole. A prompt in a language the checks do not read, or one whose nearest part to
+a ruled-out item of several words is too near to pass and too far to refuse, is not judged here: its check
+says so (unchecked), and a model-backed writer asks its model (`mas.agents.prompt_check`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,19 @@ PHRASE_SIMILARITY = 0.5
 """A ruled-out item of several words is named by a clause of the prompt at least this near it as a whole
 (cosine, MiniLM): set on the tuning part of the labelled prompts (`bench/style_bench.py --part tune --sweep`)."""
 
+UNSURE_SIMILARITY = 0.4
+"""The lower edge of the band where the checks cannot tell: a ruled-out item of several words that the rules
+do not find, with a clause of the prompt at least this near it as a whole (cosine, MiniLM; above the band,
+from `PHRASE_SIMILARITY`, the rules name it), is not sure. MiniLM puts a description of the item ("bright
+anamorphic streaks and glare", 0.45 from "lens flares") and of its opposite ("locked-off tripod shot, steady
+and still", 0.46 from "handheld camera") in the same band, so no threshold separates them, and a reader that
+is not sure does not guess: the prompt is neither passed nor refused by the rules; a model is asked
+(`mas.agents.prompt_check`), and without one it is unchecked. Set on the tuning part only (`bench/style_bench.py --part tune --sweep`): at 0.4 the band holds 2 of
+the 9 bad prompts the rules let through and 4 of the 70 good ones, all clauses of the item's own kind of camera
+work or look. Lower edges take in more of both (0.3: 4 and 6) and clauses only about the same aspect ("clean
+crisp image" for film grain, 0.36), and each extra question is a chance for a small model to name an item
+wrongly, a refusal of a good prompt."""
+
 
 class Meaning(Protocol):
     """Sentence embeddings: unit vectors for texts (`mas.memory.embeddings.Embedder`)."""
@@ -56,10 +70,11 @@ class Meaning(Protocol):
 class StyleCheck:
     """How one prompt stands against the user's style."""
 
-    checked: bool = True  # False: the prompt is in a language the checks do not read, and no model checked it
-    by: str = "studio"  # studio (its own checks) | model (asked: the studio could not read the prompt)
+    checked: bool = True  # False: the checks cannot read the prompt or tell `unsure`, and no model checked it
+    by: str = "studio"  # studio (its own checks) | model (asked: the studio could not read the prompt or tell)
     missing: list[str] = field(default_factory=list)  # liked items the prompt does not carry
     disliked: list[str] = field(default_factory=list)  # ruled-out items the prompt names
+    unsure: list[str] = field(default_factory=list)  # ruled-out items the checks cannot tell it shows or not
 
     @property
     def applied(self) -> bool:
@@ -81,6 +96,7 @@ class StyleCheck:
             "applied": self.applied,
             "missing": self.missing,
             "disliked": self.disliked,
+            "unsure": self.unsure,
         }
 
     @property
@@ -174,20 +190,27 @@ class _Judge:
         vectors = self._vector([item.words, self.prompt])
         return list(self.said) if float(vectors[item.words] @ vectors[self.prompt]) >= THEME_SIMILARITY else []
 
-    def _described(self, item: StyleItem) -> list[clauses.Word]:
-        """The words of each clause of the prompt that means the item as a whole ("shaky hand-held footage"
-        for a ruled-out "handheld camera"): a thing of several words is named by a phrase, not a word."""
+    def _nearness(self, item: StyleItem) -> list[tuple[float, list[clauses.Word]]]:
+        """Each clause of the prompt (its words said) with how near it is to the item as a whole."""
         parts: dict[int, list[clauses.Word]] = {}
         for w in self.said:
             parts.setdefault(w.clause, []).append(w)
         texts = {n: self.prompt[ws[0].start : ws[-1].end] for n, ws in parts.items()}
         vectors = self._vector([item.words, *texts.values()])
-        return [
-            w
-            for n, text in texts.items()
-            if float(vectors[item.words] @ vectors[text]) >= PHRASE_SIMILARITY
-            for w in parts[n]
-        ]
+        return [(float(vectors[item.words] @ vectors[text]), parts[n]) for n, text in texts.items()]
+
+    def _described(self, item: StyleItem) -> list[clauses.Word]:
+        """The words of each clause of the prompt that means the item as a whole ("filmed on a wobbly hand-held
+        camcorder" for a ruled-out "handheld camera"): a thing of several words is named by a phrase, not a word."""
+        return [w for near, words in self._nearness(item) if near >= PHRASE_SIMILARITY for w in words]
+
+    def unsure(self, item: StyleItem) -> bool:
+        """Whether the checks cannot tell if the prompt shows the ruled-out `item` of several words: the rules
+        do not find it, and the prompt's nearest clause is in the band where MiniLM cannot tell
+        (`UNSURE_SIMILARITY`)."""
+        if item.liked or self.meaning is None or len(item.words.split()) < 2 or colour_words(item.words):
+            return False
+        return not self.matches(item) and max((n for n, _ in self._nearness(item)), default=0.0) >= UNSURE_SIMILARITY
 
     @staticmethod
     def _says(text: str, key: str, *, compounds: bool) -> bool:
@@ -215,16 +238,19 @@ class _Judge:
 
 
 def check(prompt: str, style: Style, meaning: Meaning | None = None) -> StyleCheck:
-    """Which liked items `prompt` does not carry and which ruled-out items it names (by meaning)."""
+    """Which liked items `prompt` does not carry and which ruled-out items it names (by meaning). A prompt the
+    rules pass that may still show a ruled-out item (`_Judge.unsure`) is unchecked, the items named."""
     if not style.items:
         return StyleCheck()
     judge = _Judge(prompt, meaning, style)
     if not readable(judge.words):
         return StyleCheck(checked=False)
-    return StyleCheck(
-        missing=[i.words for i in style.liked if i.aspect in REQUIRED_ASPECTS and not judge.matches(i)],
-        disliked=[i.words for i in style.ruled_out if judge.matches(i)],
-    )
+    missing = [i.words for i in style.liked if i.aspect in REQUIRED_ASPECTS and not judge.matches(i)]
+    disliked = [i.words for i in style.ruled_out if judge.matches(i)]
+    if missing or disliked:
+        return StyleCheck(missing=missing, disliked=disliked)
+    unsure = [i.words for i in style.ruled_out if judge.unsure(i)]
+    return StyleCheck(checked=not unsure, unsure=unsure)
 
 
 def repair(prompt: str, style: Style, meaning: Meaning | None = None) -> str:

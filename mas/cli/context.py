@@ -60,7 +60,6 @@ USER = click.option(
     metavar="NAME",
     envvar="MAS_USER",
     default=DEFAULT_USER,
-    show_envvar=False,
     callback=_actor,
     help="Whose taste: their style, A/B picks and preference models (default: MAS_USER, else 'default').",
 )

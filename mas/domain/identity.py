@@ -73,4 +73,4 @@ class Identity:
         user is refused. `mas.accounts.visibility.visible` is this rule as the filter of a query."""
         if named is None and self.is_admin:
             return None
-        return self.acts_for(named)
+        return self.actor(named).user  # a name that names no user is refused

@@ -3,10 +3,12 @@ standby, on host A or on hosts of a `Network` (there in the host's network names
 through `setpriv`, at the usual port). Everything is waited for by asking the servers, never by sleeping.
 
 - `PostgresServer`: a fresh cluster with a login role `studio` that is no superuser; `stop` / `start` keep the
-  data. `replication` settings (`REPLICATION`) shorten the time a dead peer's connection is held.
+  data. `replication` settings (`REPLICATION`) shorten the time a dead peer's connection is held. `shell` runs
+  an operator's command line on its host as the user that runs it.
 - `PostgresStandby(directory, primary)`: pg_basebackup -R of a running `PostgresServer` (standby.signal and
   primary_conninfo written), started on its own port with the same roles and passwords; `caught_up` waits until
   it has replayed what the primary wrote, `promote` runs `pg_ctl promote` and waits for it to take writes.
+  `base_backup` makes the copy another way (a documented runbook's steps).
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.harness.processes import Server, pg_bin, pid_alive, pid_gone, postgres_available, run, wait_for
+from tests.harness.processes import Server, on_host, pg_bin, pid_alive, pid_gone, postgres_available, run, wait_for
 from tests.ports import free_port
 
 if TYPE_CHECKING:
@@ -139,8 +141,8 @@ class PostgresServer(Server):
             self._chown(self.cluster)
             self.socket_dir.mkdir(mode=0o700)
             self._chown(self.socket_dir)
-            fill()
             self.port = PG_PORT if self.host is not None else free_port(self.address)
+            fill()  # may start the server itself (a runbook's `pg_ctl start`): `start` is then a no-op
             self.start()
         except BaseException:
             self.close()
@@ -163,6 +165,18 @@ class PostgresServer(Server):
         )  # fmt: skip
         if result.returncode != 0:
             raise RuntimeError(f"{argv[0]} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def shell(self, line: str, *, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+        """`line` run by sh to the end on the server's host as the cluster's owner, PostgreSQL's programs on PATH
+        and PGDATA naming the data folder: an operator's step as a page writes it; RuntimeError if it fails."""
+        result = subprocess.run(
+            on_host(self.host, ["/bin/sh", "-c", line], user=self._user), capture_output=True, text=True,
+            timeout=timeout, env={"PATH": f"{pg_bin()}:{os.environ.get('PATH', '')}", "LC_ALL": "C",
+                                  "PGDATA": str(self.pgdata), **env},
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"{line!r} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
         return result
 
     def _initdb(self) -> None:
@@ -257,16 +271,19 @@ class PostgresServer(Server):
 
 class PostgresStandby(PostgresServer):
     """A hot standby of `primary` streaming its WAL, on its own port (or on `host`); `promote` makes it the
-    primary."""
+    primary. `base_backup`, when given, makes the copy (and may start it) in place of the harness's own
+    pg_basebackup: an operator's steps, as a page writes them."""
 
     def __init__(
         self, directory: str | os.PathLike[str], primary: PostgresServer, *, host: Host | None = None,
         settings: Sequence[str] = ("synchronous_commit=off",), start_timeout: float = 30,
+        base_backup: Callable[[PostgresStandby], object] | None = None,
     ) -> None:  # fmt: skip
         super().__init__(directory, address=primary.address, host=host, vector=primary.vector, settings=settings,
                          start_timeout=start_timeout)  # fmt: skip
         self.primary = primary
         self.password, self.superuser_password = primary.password, primary.superuser_password
+        self.make_copy = base_backup
 
     def __enter__(self) -> PostgresStandby:
         self._make_cluster(self._base_backup)
@@ -275,6 +292,9 @@ class PostgresStandby(PostgresServer):
     def _base_backup(self) -> None:
         """Copy the primary's cluster as a standby: -R writes standby.signal and primary_conninfo (with the
         password, so the standby can log in), -X stream keeps the WAL written meanwhile."""
+        if self.make_copy is not None:
+            self.make_copy(self)
+            return
         conninfo = (
             f"host={self.primary.address} port={self.primary.port} user=postgres password={self.superuser_password}"
         )

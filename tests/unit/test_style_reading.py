@@ -16,6 +16,7 @@ from mas.agents.offline import OfflineDirector
 from mas.agents.roles import WriterBrief
 from mas.agents.style import Style, StyleItem
 from mas.config import Settings
+from mas.reports.queries import style_check_word
 from tests.unit.scripted import Scripted
 
 
@@ -165,9 +166,7 @@ NO_HANDHELD = Style(
 
 def test_a_ruled_out_item_of_several_words_is_judged_by_meaning_as_a_whole(meaning):
     shaky = "A fox trots through a snowy birch forest under a blue sky, filmed on a wobbly hand-held camcorder"
-    steady = "A fox trots through a snowy birch forest under a blue sky, steady tripod shot of the valley"
     assert style_check.check(shaky, NO_HANDHELD, meaning).disliked == ["handheld camera"]
-    assert style_check.check(steady, NO_HANDHELD, meaning).applied
     repaired = style_check.repair(shaky, NO_HANDHELD, meaning)
     assert "hand-held" not in repaired and style_check.check(repaired, NO_HANDHELD, meaning).applied, repaired
 
@@ -208,4 +207,62 @@ def test_a_prompt_the_model_checks_and_finds_wanting_is_replaced_by_the_studios_
     fine = Scripted({"prompt": clean}, {"shows_ruled_out": [], "misses_liked": []})
     draft = AskingWriter(fine, meaning=meaning).write(_brief(NO_HANDHELD))
     assert draft.source == "model" and draft.prompt == clean
-    assert draft.style_check == {"checked": True, "by": "model", "applied": True, "missing": [], "disliked": []}
+    assert draft.style_check == {
+        "checked": True,
+        "by": "model",
+        "applied": True,
+        "missing": [],
+        "disliked": [],
+        "unsure": [],
+    }
+
+
+# --- a prompt the checks are not sure of: asked, never guessed ----------------------------------------
+
+SKY = "A fox trots through a snowy birch forest under a blue sky"
+SHAKY = f"{SKY}, shaky hand-held footage following close behind"  # 0.48 from "handheld camera"
+STEADY = f"{SKY}, steady tripod shot of the valley"  # its opposite, 0.44: MiniLM cannot tell them apart
+CLEAN = {"shows_ruled_out": [], "misses_liked": []}
+
+
+@pytest.mark.parametrize("prompt", [SHAKY, STEADY])
+def test_a_near_miss_is_neither_passed_nor_refused_by_the_rules_but_unchecked(meaning, prompt):
+    """Without a model the prompt is recorded unchecked, its unsure item named, and shown as such."""
+    check = style_check.check(prompt, NO_HANDHELD, meaning)
+    assert check.unsure == ["handheld camera"] and not check.problems()
+    assert check.state == "unchecked" and style_check_word(check.as_json()) == "unchecked"
+    assert check.as_json()["unsure"] == ["handheld camera"]
+
+
+def test_a_near_miss_is_asked_of_the_model_of_its_unsure_items_only(meaning):
+    named = Scripted({"shows_ruled_out": ["handheld camera"], "misses_liked": []})
+    refused = prompt_check.checked(named, SHAKY, NO_HANDHELD, meaning)
+    assert refused.by == "model" and refused.state == "refused" and refused.disliked == ["handheld camera"]
+    (question,) = named.asked
+    assert question.task == "check_style" and question.payload["prompt"] == SHAKY
+    assert question.payload["ruled_out"] == ["handheld camera"] and question.payload["liked"] == []
+    passed = prompt_check.checked(Scripted(CLEAN), STEADY, NO_HANDHELD, meaning)
+    assert passed.by == "model" and passed.state == "applied" and passed.unsure == ["handheld camera"]
+    off_list = Scripted({"shows_ruled_out": ["red"]})  # not the item it was asked about: no valid answer
+    assert prompt_check.checked(off_list, SHAKY, NO_HANDHELD, meaning).state == "unchecked"
+
+
+def test_a_clear_match_is_refused_and_an_unrelated_prompt_passed_by_the_rules_without_a_question(meaning):
+    asker = Scripted(CLEAN)
+    for prompt in (f"{SKY}, shot on a handheld camera", f"{SKY}, filmed on a wobbly hand-held camcorder"):
+        check = prompt_check.checked(asker, prompt, NO_HANDHELD, meaning)
+        assert check.by == "studio" and check.state == "refused" and check.disliked == ["handheld camera"]
+    unrelated = prompt_check.checked(asker, SKY, NO_HANDHELD, meaning)
+    assert unrelated.by == "studio" and unrelated.state == "applied" and not unrelated.unsure
+    assert asker.asked == []
+
+
+def test_the_writer_asks_of_a_near_miss_and_gives_way_when_the_model_names_the_item(meaning):
+    named = {"shows_ruled_out": ["handheld camera"], "misses_liked": []}
+    draft = AskingWriter(Scripted({"prompt": SHAKY}, named, {"prompt": SHAKY}), meaning=meaning).write(
+        _brief(NO_HANDHELD)
+    )
+    assert draft.source == "studio" and "hand-held" not in draft.prompt, draft
+    kept = AskingWriter(Scripted({"prompt": STEADY}, CLEAN), meaning=meaning).write(_brief(NO_HANDHELD))
+    assert kept.source == "model" and kept.prompt == STEADY
+    assert kept.style_check is not None and kept.style_check["by"] == "model" and kept.style_check["applied"]

@@ -120,6 +120,14 @@ def test_no_red_in_a_prompt_is_not_red_wanted_and_names_are_not_colours(meaning)
     assert style_check.check("a fox in the Red Square at dusk, white snow", no_red, meaning).applied
 
 
+def test_a_ruled_out_colour_covers_the_words_for_its_own_colour_not_its_neighbours(meaning):
+    no_gold = Style(items=(StyleItem(aspect="colour", words="gold", liked=False),))
+    golden = "a clock tower at dawn, low golden mist"
+    assert style_check.check(golden, no_gold, meaning).disliked == ["gold"]
+    assert style_check.repair(golden, no_gold, meaning) == "a clock tower at dawn, low mist"
+    assert style_check.check("a clock tower at dusk, amber lamps", no_gold, meaning).applied  # amber is its own
+
+
 @pytest.mark.parametrize(
     "prompt",
     [
