@@ -279,7 +279,11 @@ class AskingWriter:
             if not self._problems(again, brief):
                 draft = again
             still = self._missing(draft, brief)
-            if still and self._check(draft, brief).by == "model":  # the studio cannot repair what it cannot read
+            check = self._check(draft, brief)
+            # the studio cannot repair what it cannot read; an English prompt the model cleared of the items the
+            # studio was unsure of is read, and repaired, by the studio
+            readable = bool(check.unsure) and not check.problems()
+            if still and check.by == "model" and not readable:
                 note = f"the model's prompt, checked by the model, still misses the style: {'; '.join(still)}"
                 log.info("writer: video %s: %s; the studio writes its prompt", brief.video_id, note)
                 return replace(studio_rules.studio_prompt(brief), note=note)
