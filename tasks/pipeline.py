@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from mas import agents, names
 from mas.agents import style_check
 from mas.agents.meaning import StudioMeaning
-from mas.agents.roles import Draft, Plan, PlannedVideo, ReviewBrief, Verdict, WriterBrief
+from mas.agents.roles import Draft, ReviewBrief, Verdict, WriterBrief
 from mas.agents.style import Style
 from mas.db import session_scope
 from mas.domain.identity import Actor
@@ -25,9 +25,8 @@ from mas.domain.steps import BY_NAME, FIRST, STARTS, STEP_STATES, StepPayload
 from mas.learning import ab_design, promotion, style_book
 from mas.memory import blocks, recall
 from mas.memory.archival import ArchivalMemory
-from mas.models import ABTest, ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
-from mas.outbox import eventlog
-from mas.pipeline import pacing, states
+from mas.models import ABVariation, Attempt, Batch, BatchStatus, Series, Video, VideoState
+from mas.pipeline import pacing, starting, states
 from mas.pipeline.chains import send_released, video_chain
 from mas.pipeline.outcomes import fail_planning
 from mas.pipeline.production import batch_priority, request_of
@@ -43,8 +42,8 @@ ARCHIVAL_PATTERNS = 3  # accepted and rejected past attempts nearest the concept
 
 @shared_task(name=names.PLAN_BATCH, bind=True, base=AgentTask, on_failure=fail_planning)
 def plan_batch(self, batch_id: int) -> dict:
-    """Director: turn a stored request into videos, fill the production blocks, start every video. The
-    Director is asked with no transaction open; the plan is stored only if the batch is still queued."""
+    """Director: turn a stored request into a plan, asked with no transaction open; the plan is stored, and the
+    batch started, by `mas.pipeline.starting` only if the batch is still queued."""
     with session_scope(self.app.settings) as session:
         batch = session.get(Batch, batch_id)
         if batch is None or batch.status != BatchStatus.queued:
@@ -69,125 +68,12 @@ def plan_batch(self, batch_id: int) -> dict:
         batch = session.execute(sa.select(Batch).where(Batch.id == batch_id).with_for_update()).scalar_one()
         if batch.status != BatchStatus.queued:
             raise Ignore()  # planned by another delivery meanwhile, or cancelled
-        batch.style = style
-        if series_name is not None:
-            _add_to_series(settings, session, batch, series_name, theme=request.theme, plan=plan)
-        priority = batch_priority(batch)
-        videos = [
-            Video(
-                batch_id=batch.id,
-                position=position,
-                concept=planned.concept,
-                label=planned.label,
-                state=pacing.first_state(priority),
-            )
-            for position, planned in enumerate(plan.videos, start=1)
-        ]
-        session.add_all(videos)
-        session.flush()
-        if request.kind == "ab":
-            _start_ab_test(settings, session, batch, request.theme, user, list(zip(videos, plan.videos)))
-        batch.status = BatchStatus.running
-        video_ids = [v.id for v in videos]
-        eventlog.batch_changed(
-            session, "batch.planned", batch, videos=video_ids, state=pacing.first_state(priority).value, style=style
-        )
-        blocks.update(
-            settings,
-            actor,
-            "production_queue",
-            {
-                "QUEUE_STATUS": "active",
-                "BATCH_ID": str(batch.id),
-                "BATCH_TOTAL": len(video_ids),
-                "BATCH_COMPLETE": 0,
-                "PENDING_VIDEOS": video_ids[: blocks.PENDING_SHOWN],
-                "IN_PROGRESS": None,
-            },
-            by="director",
-            session=session,
-        )
-        blocks.update(
-            settings,
-            actor,
-            "session_state",
-            lambda v: {
-                "LAST_ACTIVITY": blocks.now_iso(),
-                "IN_PROGRESS_PROJECT": f"batch {batch.id}: {batch.request}",
-                "PENDING_WORK": [
-                    *[w for w in v["PENDING_WORK"] if w.get("batch_id") != batch.id][-blocks.KEEP :],
-                    {"batch_id": batch.id, "request": batch.request},
-                ],
-                "QUEUED_VIDEOS": video_ids[: blocks.PENDING_SHOWN],
-            },
-            by="director",
-            session=session,
-        )
-        session.flush()
-        started: pacing.Released = [
-            (StepPayload(video_id=v, attempt=1), priority) for v in video_ids if priority == "high"
-        ]
-        started += pacing.release(settings, session)  # the first ones of a normal batch, as the GPUs need
-    recall.append(settings, "director", role="assistant", content=f"planned batch {batch_id}: {len(video_ids)} videos")
-    send_released(self.app, started)
-    return {"batch_id": batch_id, "videos": video_ids}
-
-
-def _add_to_series(settings, session: Session, batch: Batch, name: str, *, theme: str, plan: Plan) -> None:
-    """The series the batch continues (made on its first batch), its style kept from its first plan."""
-    mine = sa.select(Series).where(Series.name == name, Series.user_name == batch.user_name)
-    series = session.execute(mine.with_for_update()).scalar_one_or_none()
-    if series is None:
-        series = Series(name=name, user_name=batch.user_name, theme=theme, episodes_planned=0, episodes_completed=0)
-        session.add(series)
-        session.flush()
-    series.style = series.style or plan.series_style
-    series.consistency_rules = series.consistency_rules or plan.consistency_rules
-    series.elements = series.elements or plan.series_elements
-    series.episodes_planned += len(plan.videos)
-    batch.series_id = series.id
-    blocks.update(
-        settings,
-        Actor(batch.user_name),
-        "current_series",
-        {
-            "ACTIVE_SERIES": series.name,
-            "SERIES_THEME": series.theme,
-            "SERIES_STYLE": series.style,
-            "EPISODES_PLANNED": series.episodes_planned,
-            "EPISODES_COMPLETED": series.episodes_completed,
-            "SERIES_ELEMENTS": series.elements,
-            "CONSISTENCY_RULES": series.consistency_rules,
-        },
-        by="director",
-        session=session,
+        started = starting.start(settings, session, batch, request, plan, style=style)
+    recall.append(
+        settings, "director", role="assistant", content=f"planned batch {batch_id}: {len(started.video_ids)} videos"
     )
-
-
-def _start_ab_test(
-    settings, session: Session, batch: Batch, concept: str, user: str, videos: list[tuple[Video, PlannedVideo]]
-) -> None:
-    """The A/B test the batch's videos are the variations of, and the `ab_testing` block that shows it."""
-    test = ABTest(concept=concept, user_name=user)
-    session.add(test)
-    session.flush()
-    batch.ab_test_id = test.id
-    for video, planned in videos:
-        session.add(ABVariation(test_id=test.id, label=planned.label, approach=planned.approach, video_id=video.id))
-    variations = [{"label": p.label, "video_id": v.id, "approach": p.approach} for v, p in videos]
-    blocks.update(
-        settings,
-        Actor(batch.user_name),
-        "ab_testing",
-        {
-            "ACTIVE_TEST": str(test.id),
-            "VARIATIONS": variations,
-            "VARIATION_A_ID": str(videos[0][0].id),
-            "VARIATION_B_ID": str(videos[1][0].id),
-        },
-        by="director",
-        session=session,
-    )
+    started.run(self.app)
+    return {"batch_id": batch_id, "videos": started.video_ids}
 
 
 # --- write ------------------------------------------------------------------------------------------------

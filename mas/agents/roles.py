@@ -12,22 +12,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mas.agents.style import StyleItem
+from mas.domain.plans import Plan, PlannedVideo
 from mas.domain.requests import ProductionRequest
 
-
-@dataclass(frozen=True, kw_only=True)
-class PlannedVideo:
-    concept: str
-    label: str | None = None  # A/B variation label
-    approach: str = ""  # A/B variation approach
-
-
-@dataclass(frozen=True, kw_only=True)
-class Plan:
-    videos: list[PlannedVideo]
-    series_style: str = ""
-    consistency_rules: list[str] = field(default_factory=list)
-    series_elements: list[str] = field(default_factory=list)
+__all__ = ["Plan", "PlannedVideo"]  # the Director's plan, a domain value, named here with the roles that make it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -654,7 +654,8 @@ def test_a_deleted_agent_is_provisioned_again_once_even_by_racing_processes(
     # three processes provision at once (say three workers starting): the advisory lock lets one create
     code = (
         "import json; from mas import db; from mas.config import Settings; from mas.agents import letta; "
-        "s = Settings(); db.find(s); print(json.dumps(letta.provision(s).created))"
+        "from mas.domain.identity import STUDIO; "
+        "s = Settings(); db.find(s); print(json.dumps(letta.provision(s, STUDIO).created))"
     )
     racers = [
         subprocess.Popen([sys.executable, "-c", code], env=_letta_env(studio_env, letta_server), cwd=ROOT,
