@@ -67,6 +67,8 @@ LONGEST_GROUPS = (  # by the run at 3197165 with the groups in effect (bench/RES
     "llm-server-down",
     "tests/system/test_bad_input.py",
     "tests/system/test_webhooks.py",
+    "tests/system/test_database_blink.py",
+    "tests/integration/test_hardening.py",
 )
 """The groups that take longest, longest first (bench/RESULTS-suite.md), handed out first under `pytest -n`: a
 long one started last would run on alone after every other worker finished."""
