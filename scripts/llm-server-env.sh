@@ -22,12 +22,10 @@ VENV=${LLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mas/llm-server-venv-$VERSION}
 MARKER="$VENV/mas-llm-ready"
 PYTHON=${PYTHON:-python3}
 WANT="llama-cpp-python==$VERSION $MODEL_PACKAGE"
-# Installed exactly as lock/llm-server.txt says (its hash is part of what the build is keyed by); with
-# MAS_UNLOCKED=1 (`bash scripts/lock.sh --servers`) resolved afresh and the lock written from the result.
+# Installed exactly as lock/llm-server.txt says (scripts/server-lock.sh)
 LOCK=lock/llm-server.txt
-LOCKED=(-c "$LOCK")
-if [[ "${MAS_UNLOCKED:-}" == 1 ]]; then LOCKED=(); fi
-WANT="$WANT lock:$(sha256sum "$LOCK" | cut -c1-16)"
+. scripts/server-lock.sh
+WANT="$WANT $(lock_key)"
 
 # The packaged model's weights re-packed as Q8_0, beside the server (made once; `q8_model` below).
 Q8_MODEL="$VENV/SmolLM2-135M-Instruct.Q8_0.gguf"
@@ -85,11 +83,7 @@ test -s "$(cat "$VENV/mas-llm-packaged-model")"
 q8_model
 "$VENV/bin/python" -c "import llama_cpp.server" >/dev/null
 
-if [[ "${MAS_UNLOCKED:-}" == 1 ]]; then
-    { sed -n '1,2p' "$LOCK"; "$VENV/bin/python" -m pip freeze --all --disable-pip-version-check \
-        | grep -v -i -E '^(setuptools|wheel)=='; } > "$LOCK.new"
-    mv "$LOCK.new" "$LOCK"
-    WANT="${WANT% lock:*} lock:$(sha256sum "$LOCK" | cut -c1-16)"
-fi
+write_lock "$VENV/bin/python"
+WANT="${WANT% lock:*} $(lock_key)"
 echo "$WANT" > "$MARKER"
 echo "llm-server-env: built $VENV ($WANT, $(du -sh "$VENV" | cut -f1)) in $(( $(date +%s) - start )) s"
