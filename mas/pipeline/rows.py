@@ -29,6 +29,7 @@ from mas.models import Base
 from mas.pipeline.outcomes import LOST_CONNECTION
 from mas.redaction import redact_text
 from mas.runtime import failover
+from mas.runtime.embedded.common import first_line
 from mas.text import visible
 
 log = logging.getLogger(__name__)
@@ -118,8 +119,8 @@ def not_the_rows_fault(exc: BaseException) -> bool:
 def describe(exc: BaseException) -> str:
     """The failure in one line: a database error's own message, without the statement SQLAlchemy appends."""
     orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
-    lines = str(orig).strip().splitlines()
-    return f"{type(orig).__name__}: {lines[0]}" if lines else type(orig).__name__
+    line = first_line(orig)
+    return type(orig).__name__ if line == type(orig).__name__ else f"{type(orig).__name__}: {line}"
 
 
 def retry_seconds(settings: Settings, attempts: int) -> float:

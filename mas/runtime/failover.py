@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import ExceptionContext
 
 from mas.errors import PeerUnavailable, RetryableError
+from mas.runtime.embedded.common import first_line
 
 T = TypeVar("T")
 
@@ -65,8 +66,7 @@ def away_message(database_url: str | None, exc: BaseException) -> str:
 
     where = redact_url(database_url) if database_url else "the embedded server"
     reason = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
-    first = (str(reason).strip().splitlines() or [type(reason).__name__])[0]
-    return f"cannot reach PostgreSQL at {where}: {first} (it may be restarting or failing over; try again shortly)"
+    return f"cannot reach PostgreSQL at {where}: {first_line(reason)} (it may be restarting or failing over; try again shortly)"
 
 
 def sqlstate(exc: BaseException | None) -> str | None:
