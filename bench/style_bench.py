@@ -244,9 +244,11 @@ STATES = {"refused": "caught", "applied": "passed", "unchecked": "unchecked"}
 """A check's state, as the prompt figures count it."""
 
 
-def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None, model: LabelledModel | None) -> dict:
+def score_prompts(
+    prompts: list[dict], meaning: style_check.Meaning | None, askers: dict[str, prompt_check.Asker] | None = None
+) -> dict:
     """False refusals of good prompts, misses of bad English ones, and prompts left unchecked; and how each
-    kind of prompt ends without a model and with `model` asked (`states`: (asker, state) counts)."""
+    kind of prompt ends without a model and with each of `askers` asked (`states`: (asker, state) counts)."""
     good = {"en": [0, 0], "foreign": [0, 0]}  # [refused, of]
     bad_en = {"missing": [0, 0], "names": [0, 0], "any": [0, 0]}  # [caught, of]
     unchecked = {"en": 0, "foreign": 0}
@@ -263,8 +265,8 @@ def score_prompts(prompts: list[dict], meaning: style_check.Meaning | None, mode
             f"{'good' if is_good else 'bad'} {'English' if group == 'en' else 'foreign'}", Counter()
         )
         counts["none", STATES[check.state]] += 1
-        if model is not None:
-            counts["labelled", STATES[prompt_check.checked(model, entry["prompt"], style, meaning).state]] += 1
+        for name, asker in (askers or {}).items():
+            counts[name, STATES[prompt_check.checked(asker, entry["prompt"], style, meaning).state]] += 1
         if check.unsure:
             notes.append(f"unsure ({'good' if is_good else 'bad'}): {entry['prompt']!r}: {check.unsure}")
         if is_good:
@@ -291,11 +293,21 @@ def studio_reading(feedback: str) -> Reading:
     return Reading(items=understood.items, source="studio", not_understood=[u.text for u in understood.not_understood])
 
 
-def model_reader(name: str) -> tuple[Reader, Callable[[], None]]:
-    """A real model's reader: the llm backend's Director over llama.cpp, in a studio of its own."""
+@dataclass
+class RealModel:
+    """A real model over llama.cpp in a studio of its own: its Director reads feedback, its Writer's agent
+    answers `check_style`."""
+
+    read: Reader
+    asker: prompt_check.Asker
+    close: Callable[[], None]
+
+
+def real_model(name: str) -> RealModel:
     from harness import new_data_dir, remove_data_dir
 
     from mas import agents
+    from mas.agents.llm.agent import LLMAgent
     from tests.llm_server import GEMMA_MODEL, LocalLLM, unavailable_reason
     from tests.studio import IsolatedStudio
 
@@ -313,17 +325,19 @@ def model_reader(name: str) -> tuple[Reader, Callable[[], None]]:
         MAS_LLM_MODEL=server.alias,
         MAS_LLM_CONTEXT_CHARS="2000",  # as the seed-table bench: the conversation's history stays short
     ).__enter__()
-    director = agents.backend(studio.settings, STUDIO).director
 
     def close() -> None:
         studio.__exit__(None, None, None)
         server.stop()
         remove_data_dir(studio.settings, data_dir)
 
-    return director.read_style, close
+    director = agents.backend(studio.settings, STUDIO).director
+    return RealModel(read=director.read_style, asker=LLMAgent(studio.settings, STUDIO, "writer"), close=close)
 
 
-def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[str, float]) -> list[str]:
+def report(
+    readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[str, float], askers: Sequence[str]
+) -> list[str]:
     lines = [
         "| reader | feedbacks read | read by the model | liked P / R | ruled-out P / R | inversions | as labelled "
         "| not understood | disagreed with the studio's reader | unanswered |"
@@ -355,16 +369,20 @@ def report(readers: dict[str, dict[str, Score]], prompts: dict, *, walls: dict[s
         f"| ... naming a ruled-out item: found | {bad['names'][0]} of {bad['names'][1]} |",
         "",
         "How each prompt ends: without a model (caught: refused; unchecked: recorded so), and with a model asked the "
-        "one `check_style` question where the checks cannot read or tell. The model here is the `labelled` "
-        "stand-in, not a model: it answers from the prompt's labels.",
+        "one `check_style` question where the checks cannot read or tell. `labelled` is a stand-in, not a model: "
+        "it answers from the prompt's labels; any other column is a real model over llama.cpp.",
         "",
-        "| prompts | of | no model: caught / passed / unchecked | `labelled` stand-in asked: caught / passed / unchecked |",
-        "|---|---|---|---|",
+        "| prompts | of | "
+        + " | ".join(
+            "no model" if a == "none" else f"`{a}` {'stand-in ' if a == 'labelled' else ''}asked" for a in askers
+        )
+        + " (each: caught / passed / unchecked) |",
+        "|---|---|" + "---|" * len(askers),
     ]
     for row, c in sorted(prompts["states"].items(), key=lambda rc: (rc[0].endswith("foreign"), rc[0])):
         of = sum(n for (asker, _), n in c.items() if asker == "none")
-        shown = [" / ".join(str(c[asker, s]) for s in STATES.values()) for asker in ("none", "labelled")]
-        lines.append(f"| {row} | {of} | {shown[0]} | {shown[1]} |")
+        shown = [" / ".join(str(c[asker, s]) for s in STATES.values()) for asker in askers]
+        lines.append(f"| {row} | {of} | {' | '.join(shown)} |")
     return lines
 
 
@@ -405,30 +423,39 @@ def main() -> None:
     parser.add_argument(
         "--part", choices=("tune", "test"), default="test", help="tune: the only part rules may be set on"
     )
+    parser.add_argument(
+        "--checkers", default="", help="real models (smollm2, gemma3) asked `check_style` beside the stand-in"
+    )
     args = parser.parse_args()
     feedbacks, prompts = load("feedbacks", args.part), load("prompts", args.part)
     stand_in = LabelledModel(feedbacks, prompts)
     scores, walls = {}, {}
-    for name in args.readers.split(","):
-        close: Callable[[], None] = lambda: None  # noqa: E731
-        if name == "studio":
-            read: Reader = studio_reading
-        elif name == "labelled":
-            read = AskingDirector(stand_in).read_style
-        else:
-            read, close = model_reader(name)
-        start = time.monotonic()
-        sample = feedbacks if name in ("studio", "labelled") else feedbacks[:: args.model_every]
-        try:
+    real: dict[str, RealModel] = {}
+    try:
+        for name in args.readers.split(","):
+            if name == "studio":
+                read: Reader = studio_reading
+            elif name == "labelled":
+                read = AskingDirector(stand_in).read_style
+            else:
+                read = real.setdefault(name, real_model(name)).read
+            start = time.monotonic()
+            sample = feedbacks if name in ("studio", "labelled") else feedbacks[:: args.model_every]
             scores[name] = score_reader(read, sample)
-        finally:
-            close()
-        walls[name] = time.monotonic() - start
-        if args.verbose:
-            for group in scores[name].values():
-                print(f"--- {name}", *group.inversions, *group.wrong, sep="\n")
-    meaning = open_embedder(default_model_path(), default_cache_dir())
-    checked = score_prompts(prompts, meaning, stand_in)
+            walls[name] = time.monotonic() - start
+            if args.verbose:
+                for group in scores[name].values():
+                    print(f"--- {name}", *group.inversions, *group.wrong, sep="\n")
+        meaning = open_embedder(default_model_path(), default_cache_dir())
+        askers: dict[str, prompt_check.Asker] = {"labelled": stand_in}
+        for name in filter(None, args.checkers.split(",")):
+            askers[name] = real.setdefault(name, real_model(name)).asker
+        start = time.monotonic()
+        checked = score_prompts(prompts, meaning, askers)
+        walls["prompt checks"] = time.monotonic() - start
+    finally:
+        for model in real.values():
+            model.close()
     sweep: list[str] = []
     themes: list[str] = []
     phrases: list[str] = []
@@ -463,7 +490,7 @@ def main() -> None:
         unsure = style_check.UNSURE_SIMILARITY
         for at in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 1.01):
             style_check.UNSURE_SIMILARITY = at
-            r = score_prompts(prompts, meaning, stand_in)
+            r = score_prompts(prompts, meaning, {"labelled": stand_in})
             bad, good = r["states"]["bad English"], r["states"]["good English"]
             bands.append(
                 f"| {'none (before)' if at > 1 else at} | {good['none', 'caught']} | {good['none', 'unchecked']} | "
@@ -484,7 +511,7 @@ def main() -> None:
         if set(scores) - {"studio", "labelled"}
         else "No real model in this run (`--readers smollm2,gemma3` reads with them).",
         "",
-        *report(scores, checked, walls=walls),
+        *report(scores, checked, walls=walls, askers=["none", *askers]),
     ]
     if sweep:
         lines += [

@@ -3,8 +3,8 @@ the model.
 
 The studio's own checks read English (`mas.agents.style_check`). For any other prompt the model that wrote
 it is asked one short structured question: which ruled-out items does it show, which liked ones does it
-miss. An English prompt the checks pass but are not sure of (a ruled-out item of several words that a
-clause is near, `style_check.UNSURE_SIMILARITY`) gets the same question of those items only: the rest the
+miss. An English prompt the checks pass but are not sure of (a ruled-out item the rules do not find but a
+clause near it, `style_check.UNSURE_SIMILARITY`, or a theme the prompt is about) gets the same question of those items only: the rest the
 studio has read. The answer, naming only items of the lists it was given, is the check; without a valid
 answer the prompt stays unchecked, and says so.
 """

@@ -5,9 +5,10 @@ Colours are judged by family (violet is purple, cobalt is blue), moods and pacin
 (brooding is moody), other words by the embedding model (MiniLM) above a threshold set on the labelled set
 (`bench/style_bench.py`). "no red" in a prompt does not ask for red; "Orange County" and "bright-eyed" are
 not colours or moods. A ruled-out item of several words is named by all its words, or by a part of the
-prompt that means it as a whole. A prompt in a language the checks do not read, or one whose nearest part to
-a ruled-out item of several words is too near to pass and too far to refuse, is not judged here: its check
-says so (unchecked), and a model-backed writer asks its model (`mas.agents.prompt_check`).
+prompt that means it as a whole. A prompt in a language the checks do not read, or one that may show a
+ruled-out item the rules do not find (part of its words, a clause too near it to pass and too far to refuse,
+a theme the prompt is about), is not judged here: its check says so (unchecked), and a model-backed writer
+asks its model (`mas.agents.prompt_check`).
 """
 
 from __future__ import annotations
@@ -41,23 +42,26 @@ circle" is fantasy): it is carried when the prompt as a whole is this near it (c
 purpose: set on the labelled set (`bench/style_bench.py --sweep`), where prompts off the theme (a glass
 office for "gothic") sit below 0.15 and prompts on it from 0.17."""
 
+THEME_RANK = 3
+"""A ruled-out theme a prompt names in none of its words is not sure when it is among the prompt's this many
+nearest themes (of the studio's ~70, `vocabulary.THEMES`): asked of a model, or unchecked. On the tuning part
+the good prompts with a ruled-out theme rank it 11th or lower."""
 
 PHRASE_SIMILARITY = 0.5
 """A ruled-out item of several words is named by a clause of the prompt at least this near it as a whole
 (cosine, MiniLM): set on the tuning part of the labelled prompts (`bench/style_bench.py --part tune --sweep`)."""
 
-UNSURE_SIMILARITY = 0.4
+UNSURE_SIMILARITY = 0.25
 """The lower edge of the band where the checks cannot tell: a ruled-out item of several words that the rules
 do not find, with a clause of the prompt at least this near it as a whole (cosine, MiniLM; above the band,
 from `PHRASE_SIMILARITY`, the rules name it), is not sure. MiniLM puts a description of the item ("bright
 anamorphic streaks and glare", 0.45 from "lens flares") and of its opposite ("locked-off tripod shot, steady
 and still", 0.46 from "handheld camera") in the same band, so no threshold separates them, and a reader that
 is not sure does not guess: the prompt is neither passed nor refused by the rules; a model is asked
-(`mas.agents.prompt_check`), and without one it is unchecked. Set on the tuning part only (`bench/style_bench.py --part tune --sweep`): at 0.4 the band holds 2 of
-the 9 bad prompts the rules let through and 4 of the 70 good ones, all clauses of the item's own kind of camera
-work or look. Lower edges take in more of both (0.3: 4 and 6) and clauses only about the same aspect ("clean
-crisp image" for film grain, 0.36), and each extra question is a chance for a small model to name an item
-wrongly, a refusal of a good prompt."""
+(`mas.agents.prompt_check`), and without one it is unchecked. Set on the tuning part only
+(`bench/style_bench.py --part tune --sweep`): from 0.25 down to 0.2 a model that answers right catches 47 and
+48 of the 50 bad prompts, 43 at 0.4, none refused; the price is good prompts left unchecked without a model
+(7 of 70 at 0.25 and 0.3, 10 at 0.2, 4 at 0.4) and one question each with one."""
 
 
 class Meaning(Protocol):
@@ -205,12 +209,27 @@ class _Judge:
         return [w for near, words in self._nearness(item) if near >= PHRASE_SIMILARITY for w in words]
 
     def unsure(self, item: StyleItem) -> bool:
-        """Whether the checks cannot tell if the prompt shows the ruled-out `item` of several words: the rules
-        do not find it, and the prompt's nearest clause is in the band where MiniLM cannot tell
-        (`UNSURE_SIMILARITY`)."""
-        if item.liked or self.meaning is None or len(item.words.split()) < 2 or colour_words(item.words):
+        """Whether the checks cannot tell if the prompt shows the ruled-out `item`, a thing of several words
+        (time-lapse and close-ups are two) or a theme: the rules do not find it, and the prompt's nearest clause
+        is in the band where MiniLM cannot tell (`UNSURE_SIMILARITY`), or, for a theme, the prompt as a whole is
+        about it (`_nearest_theme`: spaceships and robot soldiers for sci-fi)."""
+        if item.liked or self.meaning is None or colour_words(item.words):
             return False
-        return not self.matches(item) and max((n for n, _ in self._nearness(item)), default=0.0) >= UNSURE_SIMILARITY
+        if item.aspect == "theme":
+            return not self.matches(item) and self._nearest_theme(item)
+        if len(re.split(r"[\s-]+", item.words.strip())) < 2 or self.matches(item):
+            return False
+        return max((n for n, _ in self._nearness(item)), default=0.0) >= UNSURE_SIMILARITY
+
+    def _nearest_theme(self, item: StyleItem) -> bool:
+        """Whether what the prompt says (its ruled-out words left out) has the theme `item` among its
+        `THEME_RANK` nearest of the themes the studio knows, at least `THEME_SIMILARITY` near: MiniLM ranks a
+        theme's near kin close together (spaceships: space, then sci-fi), so the top few, not the first."""
+        said = " ".join(w.text for w in self.said)
+        themes = sorted(V.THEMES | {item.words.lower()})
+        vectors = self._vector([said, *themes])
+        near = sorted(((float(vectors[t] @ vectors[said]), t) for t in themes), reverse=True)
+        return any(t == item.words.lower() and n >= THEME_SIMILARITY for n, t in near[:THEME_RANK])
 
     @staticmethod
     def _says(text: str, key: str, *, compounds: bool) -> bool:
