@@ -51,7 +51,7 @@ PHRASE_SIMILARITY = 0.5
 """A ruled-out item of several words is named by a clause of the prompt at least this near it as a whole
 (cosine, MiniLM): set on the tuning part of the labelled prompts (`bench/style_bench.py --part tune --sweep`)."""
 
-UNSURE_SIMILARITY = 0.25
+UNSURE_SIMILARITY = 0.4
 """The lower edge of the band where the checks cannot tell: a ruled-out item of several words that the rules
 do not find, with a clause of the prompt at least this near it as a whole (cosine, MiniLM; above the band,
 from `PHRASE_SIMILARITY`, the rules name it), is not sure. MiniLM puts a description of the item ("bright
@@ -59,9 +59,10 @@ anamorphic streaks and glare", 0.45 from "lens flares") and of its opposite ("lo
 and still", 0.46 from "handheld camera") in the same band, so no threshold separates them, and a reader that
 is not sure does not guess: the prompt is neither passed nor refused by the rules; a model is asked
 (`mas.agents.prompt_check`), and without one it is unchecked. Set on the tuning part only
-(`bench/style_bench.py --part tune --sweep`): from 0.25 down to 0.2 a model that answers right catches 47 and
-48 of the 50 bad prompts, 43 at 0.4, none refused; the price is good prompts left unchecked without a model
-(7 of 70 at 0.25 and 0.3, 10 at 0.2, 4 at 0.4) and one question each with one."""
+(`bench/style_bench.py --part tune --sweep`): lower edges catch more with a model that answers right (43 of
+the 50 bad prompts at 0.4, 47 at 0.25, none refused) and leave more good prompts unchecked without one (4 of
+70 at 0.4, 7 at 0.25); on the studio's own short prompts ("..., static wide shot, golden hour light") a
+camera clause sits 0.25-0.4 from most camera items, so 0.25 would leave a third of them unchecked."""
 
 
 class Meaning(Protocol):
@@ -133,6 +134,14 @@ def _said(words: Sequence[clauses.Word]) -> list[clauses.Word]:
     return [w for w in words if not w.ruled_out and not w.name and w.text not in V.STOP_WORDS]
 
 
+def _known(word: str) -> bool:
+    """A word the studio reads by its rules (a craft, pacing, mood or colour word, common English), its
+    hyphenated parts too ("dolly-in"): a clause of such words and none of a ruled-out item's own says what
+    they say, and is no description of the item in other words ("tracking shot" is not handheld camera,
+    "medium shot" no drone shots)."""
+    return clauses.known(word) or all(clauses.known(p) for p in word.split("-") if p)
+
+
 def _stem(word: str) -> str:
     """A word without its ending (lingers, lingering: linger), for words of five letters or more."""
     return re.sub(r"(ing|ed|es|s)$", "", word) if len(word) >= 5 else word
@@ -199,6 +208,13 @@ class _Judge:
         parts: dict[int, list[clauses.Word]] = {}
         for w in self.said:
             parts.setdefault(w.clause, []).append(w)
+        key = normalized(item.words).split()
+        parts = {  # a clause of words the rules read, none of the item's own, is read, not described
+            n: ws
+            for n, ws in parts.items()
+            if not all(_known(w.text) for w in ws)
+            or any(self._says(w.text, k, compounds=True) for w in ws for k in key)
+        }
         texts = {n: self.prompt[ws[0].start : ws[-1].end] for n, ws in parts.items()}
         vectors = self._vector([item.words, *texts.values()])
         return [(float(vectors[item.words] @ vectors[text]), parts[n]) for n, text in texts.items()]
