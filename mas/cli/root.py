@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mas.cli import control, gpu, letta, memory, quality, studio, style, users, watching, webhooks, work
+from mas.cli import control, faults, gpu, letta, memory, quality, studio, style, users, watching, webhooks, work
 from mas.cli.context import load_settings
 from mas.errors import InvalidInput, StudioError
 from mas.redaction import redact_text
@@ -58,6 +58,6 @@ def main(ctx: click.Context) -> None:
     ctx.obj = load_settings()
 
 
-for group in (studio, work, style, control, watching, quality, memory, letta, webhooks, users, gpu):
+for group in (studio, work, style, control, faults, watching, quality, memory, letta, webhooks, users, gpu):
     for command in group.COMMANDS:
         main.add_command(command)

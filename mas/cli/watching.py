@@ -74,8 +74,11 @@ def status(settings: Settings, batch: int | None, follow: bool) -> None:
             f"gpu worker {w.name} ({w.device}): {w.turns} turns, {w.busy_seconds:.0f} s on the GPU; {models}",
             markup=False,
         )
-    for job, key, fault in queries.row_faults(settings):  # rows a periodic job could not process: none, mostly
+    faults = queries.row_faults(settings)  # rows a periodic job could not process: none, mostly
+    for job, key, fault in faults:
         print_whole(f"{job} {key}: {fault.text()}")
+    if faults:
+        print_whole("(`mas faults list` shows every one; `mas faults retry JOB ROW` once a row is mended)")
 
 
 def follow_batch(settings: Settings, batch_id: int | None, *, poll_s: float = 1.0) -> None:

@@ -4,8 +4,8 @@ the rows after it, nor another user's.
 A job lists the keys of its rows (ids, names, paths: never whole rows, whose reading may itself be what fails,
 as a time PostgreSQL keeps but Python cannot hold) and hands them to `each` with the work of one key. A key
 whose work raises gets a `RowFault` (job, key): its error, its tries, when it is tried again (MAS_ROW_RETRY_SECONDS,
-doubling up to an hour) and, once MAS_ROW_MAX_TRIES are spent, parked: skipped until a person sees to it. A
-key whose work succeeds again loses its fault. Listings read the faults (`faults`) to show a bad row as bad.
+doubling up to an hour) and, once MAS_ROW_MAX_TRIES are spent, parked: skipped until a person sees to it and
+releases it (`release`, `mas faults retry`). A key whose work succeeds again loses its fault. Listings read the faults (`faults`) to show a bad row as bad.
 
 What is nobody's row fails the run instead: the database away or failing over, the broker's connection lost.
 Marking every row with it would park good rows; the job's next run finds them again.
@@ -153,6 +153,18 @@ def clear(settings: Settings, job: str, key: str) -> None:
     """`key` worked: it has no fault any more."""
     with session_scope(settings) as session:
         session.execute(sa.delete(RowFault).where(RowFault.job == job, RowFault.key == key))
+
+
+def release(settings: Settings, job: str | None = None, key: str | None = None) -> list[tuple[str, str]]:
+    """Forget the faults of `job`'s row `key` (every row of `job`; every job's without one), parked or not, once
+    a person has seen to the row: the job's next run tries it again as a new row. The (job, key) released."""
+    query = sa.delete(RowFault).returning(RowFault.job, RowFault.key)
+    if job is not None:
+        query = query.where(RowFault.job == job)
+    if key is not None:
+        query = query.where(RowFault.key == key)
+    with session_scope(settings) as session:
+        return sorted((j, k) for j, k in session.execute(query))
 
 
 def faults(settings: Settings, job: str, keys: Iterable[object] | None = None) -> dict[str, Fault]:

@@ -237,8 +237,9 @@ def schedules(settings: Settings, *, limit: int = 100) -> list[ScheduleRow]:
     ]
 
 
-def row_faults(settings: Settings, *, limit: int = 20) -> list[tuple[str, str, rows.Fault]]:
-    """The newest rows a periodic job could not process, as (job, key, fault): what `mas status` shows."""
+def row_faults(settings: Settings, *, limit: int | None = 20) -> list[tuple[str, str, rows.Fault]]:
+    """The newest rows a periodic job could not process, as (job, key, fault): what `mas status` shows (`mas
+    faults list`: every one)."""
     query = sa.select(rows.RowFault).order_by(rows.RowFault.failed_at.desc(), rows.RowFault.job).limit(limit)
     with session_scope(settings) as session:
         return [(row.job, row.key, rows.Fault.of(row)) for row in session.scalars(query)]

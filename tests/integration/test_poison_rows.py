@@ -116,6 +116,40 @@ def test_a_schedule_at_year_one_is_marked_and_parked_and_every_other_users_sched
     assert production.run_due_schedules(settings) == [3] and later_row != bad  # still no one held up
 
 
+def test_a_parked_schedule_once_mended_runs_after_mas_faults_retry_and_only_then(clean, held):
+    """A parked row stays parked through the job's runs until a person mends it and says so; `mas faults
+    list` names it, `mas faults retry JOB KEY` lets the next run take it, and a fault nobody has is an error."""
+    settings = _tries(clean, tries=1)
+    with session_scope(clean) as session:
+        bad = session.execute(
+            sa.text(
+                "insert into schedules (run_at, request, spec, priority, user_name, status, options)"
+                " values (cast(:at as timestamptz), 'Create 1 videos of ruins', cast(:spec as jsonb), 'normal',"
+                " 'eve', 'scheduled', '{}') returning id"
+            ),
+            {"at": YEAR_ONE, "spec": json.dumps(_request("ruins").to_json())},
+        ).scalar_one()
+    assert production.run_due_schedules(settings) == []
+    listed = CliRunner().invoke(main, ["faults", "list"])
+    assert listed.exit_code == 0, listed.output
+    assert f"schedules │ {bad}" in listed.output and "parked" in listed.output and "timestamp too small" in listed.output
+    with session_scope(clean) as session:  # mended by hand: due now
+        session.execute(sa.update(Schedule).where(Schedule.id == bad).values(run_at=datetime.now(UTC)))
+    assert production.run_due_schedules(settings) == []  # parked: the mend alone changes nothing
+    wrong = CliRunner().invoke(main, ["faults", "retry", "schedules", str(bad + 1000)])
+    assert wrong.exit_code == 1 and "no fault of schedules" in wrong.output, wrong.output
+    usage = CliRunner().invoke(main, ["faults", "retry"])
+    assert usage.exit_code == 2 and "name a job" in usage.output, usage.output
+    retried = CliRunner().invoke(main, ["faults", "retry", "schedules", str(bad)])
+    assert retried.exit_code == 0 and f"schedules {bad}: tried again" in retried.output, retried.output
+    made = production.run_due_schedules(settings)
+    assert len(made) == 1 and made == held
+    assert _fault(clean, production.SCHEDULES_JOB, bad) is None
+    with session_scope(clean) as session:
+        assert session.get(Schedule, bad).status == "sent"
+    assert "no faults" in CliRunner().invoke(main, ["faults", "list"]).output
+
+
 # --- webhook delivery -----------------------------------------------------------------------------------
 
 
