@@ -288,6 +288,19 @@ def score_prompts(
     return {"good": good, "bad_en": bad_en, "unchecked": unchecked, "states": states, "notes": notes}
 
 
+def score_short(meaning: style_check.Meaning) -> dict[str, Counter]:
+    """The studio's own short prompts (`short_prompts.json`), each against every ruled-out item on its own: how
+    the pairs where the prompt shows the item and those where it does not end (caught, passed, unchecked)."""
+    data = json.loads((LABELS / "short_prompts.json").read_text())
+    ends: dict[str, Counter] = {"shows the item": Counter(), "does not show it": Counter()}
+    for entry in data["prompts"]:
+        for item in data["ruled_out"]:
+            style = Style(items=(StyleItem(aspect=item["aspect"], words=item["words"], liked=False),))
+            state = STATES[style_check.check(entry["prompt"], style, meaning).state]
+            ends["shows the item" if item["words"] in entry["shows"] else "does not show it"][state] += 1
+    return ends
+
+
 def studio_reading(feedback: str) -> Reading:
     understood = style_reader.understand(feedback)
     return Reading(items=understood.items, source="studio", not_understood=[u.text for u in understood.not_understood])
@@ -492,10 +505,12 @@ def main() -> None:
             style_check.UNSURE_SIMILARITY = at
             r = score_prompts(prompts, meaning, {"labelled": stand_in})
             bad, good = r["states"]["bad English"], r["states"]["good English"]
+            short = score_short(meaning)
+            pairs = [" / ".join(str(short[k][s]) for s in STATES.values()) for k in short]
             bands.append(
                 f"| {'none (before)' if at > 1 else at} | {good['none', 'caught']} | {good['none', 'unchecked']} | "
                 f"{bad['none', 'caught']} / {bad['none', 'unchecked']} | {bad['labelled', 'caught']} | "
-                f"{good['labelled', 'caught']} |"
+                f"{good['labelled', 'caught']} | {pairs[0]} | {pairs[1]} |"
             )
         style_check.UNSURE_SIMILARITY = unsure
     if args.verbose:
@@ -529,8 +544,10 @@ def main() -> None:
             *phrases,
             "",
             "| not sure from | good English refused | good English unchecked | bad English caught / unchecked "
-            "(no model) | bad English caught (stand-in asked) | good English refused (stand-in asked) |",
-            "|---|---|---|---|---|---|",
+            "(no model) | bad English caught (stand-in asked) | good English refused (stand-in asked) | "
+            "the studio's short prompts, pairs showing the item: caught / passed / unchecked | "
+            "pairs not showing it: caught / passed / unchecked |",
+            "|---|---|---|---|---|---|---|---|",
             *bands,
         ]
     text = "\n".join(lines) + "\n"

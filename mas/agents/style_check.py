@@ -134,11 +134,16 @@ def _said(words: Sequence[clauses.Word]) -> list[clauses.Word]:
     return [w for w in words if not w.ruled_out and not w.name and w.text not in V.STOP_WORDS]
 
 
+SHOT_WORDS = frozenset("camera cam shot shots footage filmed filming close-up closeup".split())
+"""Words for the camera's take: in a ruled-out item of several words ("static camera", "handheld camera") any
+of them is the item's word ("static wide shot", "handheld close-up")."""
+
+
 def _known(word: str) -> bool:
     """A word the studio reads by its rules (a craft, pacing, mood or colour word, common English), its
-    hyphenated parts too ("dolly-in"): a clause of such words and none of a ruled-out item's own says what
-    they say, and is no description of the item in other words ("tracking shot" is not handheld camera,
-    "medium shot" no drone shots)."""
+    hyphenated parts too ("dolly-in"): a clause of such words says what they say, and is no description of a
+    ruled-out item in other words ("tracking shot" is not handheld camera, "slow dolly-in" not slow motion):
+    the rules name the item there by its words or not at all."""
     return clauses.known(word) or all(clauses.known(p) for p in word.split("-") if p)
 
 
@@ -208,13 +213,7 @@ class _Judge:
         parts: dict[int, list[clauses.Word]] = {}
         for w in self.said:
             parts.setdefault(w.clause, []).append(w)
-        key = normalized(item.words).split()
-        parts = {  # a clause of words the rules read, none of the item's own, is read, not described
-            n: ws
-            for n, ws in parts.items()
-            if not all(_known(w.text) for w in ws)
-            or any(self._says(w.text, k, compounds=True) for w in ws for k in key)
-        }
+        parts = {n: ws for n, ws in parts.items() if not all(_known(w.text) for w in ws)}  # read, not described
         texts = {n: self.prompt[ws[0].start : ws[-1].end] for n, ws in parts.items()}
         vectors = self._vector([item.words, *texts.values()])
         return [(float(vectors[item.words] @ vectors[text]), parts[n]) for n, text in texts.items()]
@@ -249,6 +248,8 @@ class _Judge:
 
     @staticmethod
     def _says(text: str, key: str, *, compounds: bool) -> bool:
+        if key in SHOT_WORDS and text in SHOT_WORDS:
+            return True
         forms = [text, *text.split("-")] if compounds else [text]
         groups = V.MEANINGS.get(key, frozenset())
         return any(_stem(f) == _stem(key) or bool(groups & V.MEANINGS.get(f, frozenset())) for f in forms)

@@ -249,11 +249,15 @@ def test_a_hyphenated_item_described_and_a_whole_prompt_near_a_ruled_out_theme_a
 
 
 def test_a_clause_of_words_the_rules_read_is_read_not_taken_for_a_description(meaning):
-    """"tracking shot" says a tracking shot: not handheld camera, though MiniLM puts it near; a clause with the
-    item's own word is still judged as a whole ("static wide shot" is a static camera)."""
+    """"tracking shot" says a tracking shot, not handheld camera, and "slow dolly-in" not slow motion, though
+    MiniLM puts them near; such a clause names an item by its words ("static wide shot" is a static camera,
+    "handheld close-up" a handheld camera: a shot is the camera's take)."""
     assert style_check.check(f"{SKY}, tracking shot", NO_HANDHELD, meaning).state == "applied"
+    no_slow_motion = Style(items=(StyleItem(aspect="pacing", words="slow motion", liked=False),))
+    assert style_check.check(f"{SKY}, slow dolly-in", no_slow_motion, meaning).state == "applied"
     no_static = Style(items=(StyleItem(aspect="other", words="static camera", liked=False),))
     assert style_check.check(f"{SKY}, static wide shot", no_static, meaning).disliked == ["static camera"]
+    assert style_check.check(f"{SKY}, handheld close-up", NO_HANDHELD, meaning).disliked == ["handheld camera"]
 
 
 def test_a_near_miss_is_asked_of_the_model_of_its_unsure_items_only(meaning):
