@@ -24,7 +24,9 @@ whether it names a ruled-out one) are checked by `mas.agents.style_check` with t
 refused (false refusals), bad English prompts let through (misses), prompts left unchecked (another language,
 or a ruled-out item the checks are not sure of). Each is checked twice: without a model (caught, passed,
 unchecked), and as a model-backed writer checks it (`mas.agents.prompt_check`), with the `labelled` stand-in
-answering the `check_style` question from the prompt's labels.
+answering the `check_style` question from the prompt's labels (and real models, `--checkers smollm2,gemma3`).
+`--sweep` adds the thresholds' sweeps, the band's with the studio's own short prompts (`short_prompts.json`,
+each against every ruled-out item: a tuning set, written while choosing).
 
     python bench/style_bench.py --part tune --verbose            # what the rules may be tuned on
     python bench/style_bench.py --readers studio,labelled,smollm2,gemma3 --output bench/RESULTS-style.md
