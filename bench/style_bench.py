@@ -502,9 +502,9 @@ def main() -> None:
                 f"| {at} | {r['good']['en'][0]} of {r['good']['en'][1]} | {r['bad_en']['any'][0]} of {r['bad_en']['any'][1]} |"
             )
         style_check.PHRASE_SIMILARITY = phrase
-        unsure = style_check.UNSURE_SIMILARITY
-        for at in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 1.01):
-            style_check.UNSURE_SIMILARITY = at
+        edges = style_check.UNSURE_SIMILARITY, style_check.ASK_SIMILARITY
+        for at in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 1.01):  # one edge for both, with a model and without
+            style_check.UNSURE_SIMILARITY = style_check.ASK_SIMILARITY = at
             r = score_prompts(prompts, meaning, {"labelled": stand_in})
             bad, good = r["states"]["bad English"], r["states"]["good English"]
             short = score_short(meaning)
@@ -514,7 +514,7 @@ def main() -> None:
                 f"{bad['none', 'caught']} / {bad['none', 'unchecked']} | {bad['labelled', 'caught']} | "
                 f"{good['labelled', 'caught']} | {pairs[0]} | {pairs[1]} |"
             )
-        style_check.UNSURE_SIMILARITY = unsure
+        style_check.UNSURE_SIMILARITY, style_check.ASK_SIMILARITY = edges
     if args.verbose:
         print("--- prompts", *checked["notes"], sep="\n")
     lines = [

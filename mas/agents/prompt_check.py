@@ -4,7 +4,7 @@ the model.
 The studio's own checks read English (`mas.agents.style_check`). For any other prompt the model that wrote
 it is asked one short structured question: which ruled-out items does it show, which liked ones does it
 miss. An English prompt the checks pass but are not sure of (a ruled-out item the rules do not find but a
-clause near it, `style_check.UNSURE_SIMILARITY`, or a theme the prompt is about) gets the same question of those items only: the rest the
+clause near it, from `style_check.ASK_SIMILARITY`, or a theme the prompt is about) gets the same question of those items only: the rest the
 studio has read. The answer, naming only items of the lists it was given, is the check; without a valid
 answer the prompt stays unchecked, and says so.
 """
@@ -40,7 +40,7 @@ def checked(
 ) -> StyleCheck:
     """The studio's check of `prompt`; where it cannot read the prompt or tell, the model's (`by="model"`),
     and where the model gives no valid answer, unchecked."""
-    own = style_check.check(prompt, style, meaning)
+    own = style_check.check(prompt, style, meaning, asking=True)
     if own.checked:
         return own
     if own.unsure:  # read and passed by the rules but for these items: only they are asked

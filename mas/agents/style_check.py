@@ -52,17 +52,21 @@ PHRASE_SIMILARITY = 0.5
 (cosine, MiniLM): set on the tuning part of the labelled prompts (`bench/style_bench.py --part tune --sweep`)."""
 
 UNSURE_SIMILARITY = 0.4
-"""The lower edge of the band where the checks cannot tell: a ruled-out item of several words that the rules
-do not find, with a clause of the prompt at least this near it as a whole (cosine, MiniLM; above the band,
-from `PHRASE_SIMILARITY`, the rules name it), is not sure. MiniLM puts a description of the item ("bright
-anamorphic streaks and glare", 0.45 from "lens flares") and of its opposite ("locked-off tripod shot, steady
-and still", 0.46 from "handheld camera") in the same band, so no threshold separates them, and a reader that
-is not sure does not guess: the prompt is neither passed nor refused by the rules; a model is asked
-(`mas.agents.prompt_check`), and without one it is unchecked. Set on the tuning part only
-(`bench/style_bench.py --part tune --sweep`): lower edges catch more with a model that answers right (43 of
-the 50 bad prompts at 0.4, 47 at 0.25, none refused) and leave more good prompts unchecked without one (4 of
-70 at 0.4, 7 at 0.25); on the studio's own short prompts ("..., static wide shot, golden hour light") a
-camera clause sits 0.25-0.4 from most camera items, so 0.25 would leave a third of them unchecked."""
+"""The lower edge of the band where the checks cannot tell, with no model to ask: a ruled-out item of several
+words that the rules do not find, with a clause of the prompt at least this near it as a whole (cosine,
+MiniLM; above the band, from `PHRASE_SIMILARITY`, the rules name it), is not sure, and the prompt is recorded
+unchecked. MiniLM puts a description of the item ("bright anamorphic streaks and glare", 0.45 from "lens
+flares") and of its opposite ("locked-off tripod shot, steady and still", 0.46 from "handheld camera") in the
+same band, so no threshold separates them, and a reader that is not sure does not guess. Set on the tuning
+part (`bench/style_bench.py --part tune --sweep`): lower edges leave more prompts unchecked, and the studio's
+own short prompts most ("..., medium shot": a camera phrase sits 0.25-0.4 from most camera items; 2 of 184
+clean pairs at 0.4, 27 at 0.25)."""
+
+ASK_SIMILARITY = 0.25
+"""The same edge when a model is there to ask (`mas.agents.prompt_check`): a question costs one short call, not
+a warning on the video, so the band reaches lower. Set on the tuning part: a model that answers right then
+catches 47 of the 50 bad prompts (43 at 0.4), none refused; SmolLM2 and Gemma 3 270M, asked from here on the
+test part, refused no good prompt. Only model-written prompts are asked; the studio's own are not."""
 
 
 class Meaning(Protocol):
@@ -223,10 +227,10 @@ class _Judge:
         camcorder" for a ruled-out "handheld camera"): a thing of several words is named by a phrase, not a word."""
         return [w for near, words in self._nearness(item) if near >= PHRASE_SIMILARITY for w in words]
 
-    def unsure(self, item: StyleItem) -> bool:
+    def unsure(self, item: StyleItem, edge: float) -> bool:
         """Whether the checks cannot tell if the prompt shows the ruled-out `item`, a thing of several words
         (time-lapse and close-ups are two) or a theme: the rules do not find it, and the prompt's nearest clause
-        is in the band where MiniLM cannot tell (`UNSURE_SIMILARITY`), or, for a theme, the prompt as a whole is
+        is in the band where MiniLM cannot tell (from `edge`), or, for a theme, the prompt as a whole is
         about it (`_nearest_theme`: spaceships and robot soldiers for sci-fi)."""
         if item.liked or self.meaning is None or colour_words(item.words):
             return False
@@ -234,7 +238,7 @@ class _Judge:
             return not self.matches(item) and self._nearest_theme(item)
         if len(re.split(r"[\s-]+", item.words.strip())) < 2 or self.matches(item):
             return False
-        return max((n for n, _ in self._nearness(item)), default=0.0) >= UNSURE_SIMILARITY
+        return max((n for n, _ in self._nearness(item)), default=0.0) >= edge
 
     def _nearest_theme(self, item: StyleItem) -> bool:
         """Whether what the prompt says (its ruled-out words left out) has the theme `item` among its
@@ -273,9 +277,10 @@ class _Judge:
         return [w for w in unknown if float(vectors[phrase] @ vectors[w.text]) >= threshold]
 
 
-def check(prompt: str, style: Style, meaning: Meaning | None = None) -> StyleCheck:
+def check(prompt: str, style: Style, meaning: Meaning | None = None, *, asking: bool = False) -> StyleCheck:
     """Which liked items `prompt` does not carry and which ruled-out items it names (by meaning). A prompt the
-    rules pass that may still show a ruled-out item (`_Judge.unsure`) is unchecked, the items named."""
+    rules pass that may still show a ruled-out item (`_Judge.unsure`) is unchecked, the items named; `asking`:
+    for a model to be asked of them, so from the lower edge (`ASK_SIMILARITY`)."""
     if not style.items:
         return StyleCheck()
     judge = _Judge(prompt, meaning, style)
@@ -285,7 +290,8 @@ def check(prompt: str, style: Style, meaning: Meaning | None = None) -> StyleChe
     disliked = [i.words for i in style.ruled_out if judge.matches(i)]
     if missing or disliked:
         return StyleCheck(missing=missing, disliked=disliked)
-    unsure = [i.words for i in style.ruled_out if judge.unsure(i)]
+    edge = ASK_SIMILARITY if asking else UNSURE_SIMILARITY
+    unsure = [i.words for i in style.ruled_out if judge.unsure(i, edge)]
     return StyleCheck(checked=not unsure, unsure=unsure)
 
 

@@ -260,6 +260,17 @@ def test_a_clause_of_words_the_rules_read_is_read_not_taken_for_a_description(me
     assert style_check.check(f"{SKY}, handheld close-up", NO_HANDHELD, meaning).disliked == ["handheld camera"]
 
 
+def test_with_a_model_to_ask_the_band_reaches_lower_than_where_a_prompt_is_marked_unchecked(meaning):
+    """A clause 0.3 from the item: below the edge where a prompt with no model is marked unchecked (it passes,
+    as a camera phrase near a camera item would), above the edge where a model is asked."""
+    operator = f"{SKY}, filmed by a camera operator walking and jostling through the crowd"
+    assert style_check.check(operator, NO_HANDHELD, meaning).state == "applied"
+    assert style_check.check(operator, NO_HANDHELD, meaning, asking=True).unsure == ["handheld camera"]
+    named = Scripted({"shows_ruled_out": ["handheld camera"], "misses_liked": []})
+    refused = prompt_check.checked(named, operator, NO_HANDHELD, meaning)
+    assert refused.by == "model" and refused.disliked == ["handheld camera"] and len(named.asked) == 1
+
+
 def test_a_near_miss_is_asked_of_the_model_of_its_unsure_items_only(meaning):
     named = Scripted({"shows_ruled_out": ["handheld camera"], "misses_liked": []})
     refused = prompt_check.checked(named, SHAKY, NO_HANDHELD, meaning)
