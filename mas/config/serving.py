@@ -49,6 +49,25 @@ class ServiceSettings(Group):
         description="Failed logins one client address may have in MAS_LOGIN_WINDOW_SECONDS, whatever the user "
         "names; beyond them its logins are refused the same way (behind a proxy, the proxy's address).",
     )
+    trusted_proxies: tuple[str, ...] = Field(
+        validation_alias="MAS_TRUSTED_PROXIES",
+        default=("127.0.0.1", "::1"),
+        description="The reverse proxies in front of `mas serve`, comma-separated addresses or networks (CIDR): "
+        "a request from one of them is taken to come from the client its X-Forwarded-For names (what the login "
+        "throttle counts, what the logs show); from anyone else the header is ignored. Empty: no proxy is trusted.",
+    )
+    _parse_trusted_proxies = field_validator("trusted_proxies", mode="before")(comma_list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an address or a network (CIDR)") from None
+        return value
+
     login_window_seconds: int = Field(
         validation_alias="MAS_LOGIN_WINDOW_SECONDS",
         default=300,

@@ -88,7 +88,16 @@ def server(
             "MAS_GALLERY_USER and MAS_GALLERY_PASSWORD (or MAS_API_TOKEN), or serve on 127.0.0.1"
         )
     app = create_app(settings, allowed_hosts=LOOPBACK_HOSTS | {host} if loopback else None, operator=operator)
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    proxies = settings.service.trusted_proxies
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=list(proxies) or None,
+    )
     return uvicorn.Server(config)
 
 

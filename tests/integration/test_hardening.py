@@ -11,6 +11,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from pydantic import SecretStr
@@ -21,6 +22,7 @@ from mas.accounts import users
 from mas.db import session_scope
 from mas.gallery import create_app
 from mas.models import Batch, IdempotencyKey, Schedule
+from tests.harness.gallery import served_gallery
 
 MISSING = 987654
 """An id no row has: the answer every id out of the database's range must match."""
@@ -223,6 +225,32 @@ def test_failed_logins_from_one_address_are_throttled_whatever_user_they_name(cl
     assert len(hashes) == checked
     elsewhere = TestClient(create_app(settings), raise_server_exceptions=False, client=("10.0.0.10", 5000))
     assert elsewhere.get("/", auth=("ana", PASSWORD)).status_code == 200
+
+
+@pytest.mark.parametrize("trusted", ["127.0.0.1", "10.9.9.0/24", ""])
+def test_behind_a_trusted_proxy_the_throttle_counts_the_client_it_names_and_no_one_else_can_name_one(
+    clean, trusted
+):
+    """The gallery served as `mas serve` serves it, on loopback TCP: with loopback a trusted proxy, failed
+    logins are counted by the address X-Forwarded-For names, so one guessing client does not lock out the
+    others behind the proxy; when loopback is not trusted (another network, or none), the header is ignored
+    and every request counts against the connecting address."""
+    settings = clean.changed(
+        gallery_user="ana", gallery_password=PASSWORD, login_failures_per_user=100, login_failures_per_address=3,
+        trusted_proxies=trusted,
+    )  # fmt: skip
+    guesser, other = {"X-Forwarded-For": "203.0.113.7"}, {"X-Forwarded-For": "198.51.100.4"}
+    with served_gallery(settings) as gallery, httpx.Client(base_url=gallery.url, timeout=30) as http:
+        for n in range(3):
+            assert http.get("/", auth=(f"user{n}", "a wrong password!"), headers=guesser).status_code == 401
+        assert http.get("/", auth=("ana", PASSWORD), headers=guesser).status_code == 429
+        answer = http.get("/", auth=("ana", PASSWORD), headers=other).status_code
+    assert answer == (200 if trusted == "127.0.0.1" else 429)
+
+
+def test_a_trusted_proxy_that_is_no_address_is_refused_naming_the_variable(clean):
+    with pytest.raises(ValueError, match="not an address or a network"):
+        clean.changed(trusted_proxies="127.0.0.1,proxy.example")
 
 
 # --- framing and the other headers ------------------------------------------------------------------
