@@ -54,8 +54,9 @@ def test_every_variable_names_one_setting_of_one_group_and_keeps_its_name():
     # MAS_REDIS_SENTINEL_MASTER, MAS_REDIS_SENTINEL_PASSWORD, and the event stream's MAS_STREAM_POLL_SECONDS,
     # MAS_STREAM_KEEPALIVE_SECONDS, MAS_STREAM_MAX, MAS_EVENT_RETENTION_DAYS; then the periodic jobs' bad rows'
     # MAS_ROW_MAX_TRIES, MAS_ROW_RETRY_SECONDS, the logins' MAS_LOGIN_FAILURES_PER_USER,
-    # MAS_LOGIN_FAILURES_PER_ADDRESS, MAS_LOGIN_WINDOW_SECONDS, MAS_SCHEDULE_MAX_DAYS_AHEAD, MAS_DATABASE_WAIT_SECONDS
-    assert len(variables) == len(set(variables)) == len(VARIABLES) == 125
+    # MAS_LOGIN_FAILURES_PER_ADDRESS, MAS_LOGIN_WINDOW_SECONDS, MAS_SCHEDULE_MAX_DAYS_AHEAD, MAS_DATABASE_WAIT_SECONDS,
+    # and the login throttle's MAS_TRUSTED_PROXIES
+    assert len(variables) == len(set(variables)) == len(VARIABLES) == 126
     assert all(str(env).startswith("MAS_") and str(env).isupper() for env in variables)
     assert VARIABLES["llm_url"] == ("llm", "url") and VARIABLES["write_ahead"] == ("scheduling", "write_ahead")
     assert VARIABLES["max_render_seconds"] == ("gpu", "max_render_seconds")
@@ -132,9 +133,9 @@ def test_the_settings_shown_keep_the_names_they_had(monkeypatch, tmp_path):
     """`mas config` shows every setting by its variable's name without MAS_, as before the grouping."""
     monkeypatch.setenv("MAS_DATA_DIR", str(tmp_path))
     shown = Settings().describe()
-    # the 106 of the grouping, and twenty-one added since (see the test above), less MAS_USER: the CLI's default
+    # the 106 of the grouping, and twenty-two added since (see the test above), less MAS_USER: the CLI's default
     # user, not a setting (who acts is an `Actor`, the same settings for everyone)
-    assert len(shown) == 126 and "user" not in shown
+    assert len(shown) == 127 and "user" not in shown
     assert {"data_dir", "llm_url", "write_ahead", "gpu_lookahead", "webhook_secret", "vae_tiling"} <= set(shown)
 
 
