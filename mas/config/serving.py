@@ -47,7 +47,8 @@ class ServiceSettings(Group):
         ge=1,
         le=100_000,
         description="Failed logins one client address may have in MAS_LOGIN_WINDOW_SECONDS, whatever the user "
-        "names; beyond them its logins are refused the same way (behind a proxy, the proxy's address).",
+        "names; beyond them its logins are refused the same way (behind a proxy in MAS_TRUSTED_PROXIES, the "
+        "client's address it names; behind any other, the proxy's).",
     )
     trusted_proxies: tuple[str, ...] = Field(
         validation_alias="MAS_TRUSTED_PROXIES",
