@@ -71,6 +71,19 @@ def _request(theme: str) -> ProductionRequest:
 # --- schedules ------------------------------------------------------------------------------------------
 
 
+def _schedule_at_year_one(settings) -> int:
+    """Eve's schedule at year 1, planted in PostgreSQL as the edge would now refuse it: its id."""
+    with session_scope(settings) as session:
+        return session.execute(
+            sa.text(
+                "insert into schedules (run_at, request, spec, priority, user_name, status, options)"
+                " values (cast(:at as timestamptz), 'Create 1 videos of ruins', cast(:spec as jsonb), 'normal',"
+                " 'eve', 'scheduled', '{}') returning id"
+            ),
+            {"at": YEAR_ONE, "spec": json.dumps(_request("ruins").to_json())},
+        ).scalar_one()
+
+
 def test_a_schedule_at_year_one_is_marked_and_parked_and_every_other_users_schedule_runs(clean, held):
     settings = _tries(clean)
     due = datetime.now(UTC) - timedelta(minutes=5)
@@ -79,15 +92,7 @@ def test_a_schedule_at_year_one_is_marked_and_parked_and_every_other_users_sched
         for user, theme in (("ana", "herons"), ("ben", "kites"))
     }
     later = production.schedule(clean, Actor("ana"), _request("owls"), run_at=datetime.now(UTC) + timedelta(hours=6))
-    with session_scope(clean) as session:  # the earliest due schedule: the one the job used to stop on
-        bad = session.execute(
-            sa.text(
-                "insert into schedules (run_at, request, spec, priority, user_name, status, options)"
-                " values (cast(:at as timestamptz), 'Create 1 videos of ruins', cast(:spec as jsonb), 'normal',"
-                " 'eve', 'scheduled', '{}') returning id"
-            ),
-            {"at": YEAR_ONE, "spec": json.dumps(_request("ruins").to_json())},
-        ).scalar_one()
+    bad = _schedule_at_year_one(clean)  # the earliest due schedule: the one the job used to stop on
 
     made = production.run_due_schedules(settings)
     assert len(made) == 2 and sorted(held) == sorted(made)
@@ -120,15 +125,7 @@ def test_a_parked_schedule_once_mended_runs_after_mas_faults_retry_and_only_then
     """A parked row stays parked through the job's runs until a person mends it and says so; `mas faults
     list` names it, `mas faults retry JOB KEY` lets the next run take it, and a fault nobody has is an error."""
     settings = _tries(clean, tries=1)
-    with session_scope(clean) as session:
-        bad = session.execute(
-            sa.text(
-                "insert into schedules (run_at, request, spec, priority, user_name, status, options)"
-                " values (cast(:at as timestamptz), 'Create 1 videos of ruins', cast(:spec as jsonb), 'normal',"
-                " 'eve', 'scheduled', '{}') returning id"
-            ),
-            {"at": YEAR_ONE, "spec": json.dumps(_request("ruins").to_json())},
-        ).scalar_one()
+    bad = _schedule_at_year_one(clean)
     assert production.run_due_schedules(settings) == []
     listed = CliRunner().invoke(main, ["faults", "list"])
     assert listed.exit_code == 0, listed.output
