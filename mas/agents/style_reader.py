@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from mas.agents import clauses
 from mas.agents import vocabulary as V
-from mas.agents.style import StyleItem
+from mas.agents.style import StyleItem, words_of
 
 _LONGEST_FIRST = sorted((tuple(p.split()) for p in V.ITEM_PHRASES), key=len, reverse=True)
 
@@ -52,6 +52,11 @@ def _aspect(word: str) -> str | None:
     if word in V.THEMES:
         return "theme"
     return None
+
+
+def style_words(text: str) -> list[str]:
+    """The words of `text` the vocabulary knows as a colour, a mood, a pacing or a theme, once each."""
+    return list(dict.fromkeys(w for w in words_of(text) if _aspect(base(w))))
 
 
 def reads(text: str) -> bool:

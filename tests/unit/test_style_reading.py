@@ -129,6 +129,23 @@ def test_a_reading_that_never_validates_is_not_understood_not_read_by_the_rules(
     assert "never validated" in reading.note
 
 
+def test_an_empty_reading_of_feedback_that_names_style_words_is_asked_again_then_not_understood():
+    """A small model dodges with two empty lists: for "I hate neon pink" that stores nothing and says nothing.
+    The studio sees that the feedback names pink and neon (no polarity read) and asks again; a reading then
+    stands, and one that stays empty leaves the feedback not understood. Feedback with no style word may be
+    read as empty."""
+    empty = {"liked": [], "ruled_out": []}
+    asker = Scripted(empty, {"ruled_out": [{"aspect": "colour", "words": "neon pink"}]})
+    reading = AskingDirector(asker).read_style("I hate neon pink")
+    assert [(i.words, i.liked) for i in reading.items] == [("neon pink", False)]
+    assert len(asker.asked) == 2  # the empty reading was refused, the second stood
+    reading = AskingDirector(Scripted(empty)).read_style("I hate neon pink")
+    assert reading.items == [] and reading.not_understood == ["I hate neon pink"]
+    assert "the feedback names neon, pink" in reading.note
+    reading = AskingDirector(Scripted(empty)).read_style("great job, thanks")
+    assert reading.items == [] and reading.not_understood == [] and reading.source == "model"
+
+
 def test_an_item_is_grounded_in_the_models_english_for_a_feedback_in_another_language():
     """Swedish the studio does not read: the item must be in the model's English for it, whatever its
     polarity; an item from elsewhere is asked again, then the feedback is not understood."""
