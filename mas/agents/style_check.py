@@ -6,8 +6,8 @@ Colours are judged by family (violet is purple, cobalt is blue), moods and pacin
 (`bench/style_bench.py`). "no red" in a prompt does not ask for red; "Orange County" and "bright-eyed" are
 not colours or moods. A ruled-out item of several words is named by all its words, or by a part of the
 prompt that means it as a whole. A prompt in a language the checks do not read, or one that may show a
-ruled-out item the rules do not find (part of its words, a clause too near it to pass and too far to refuse,
-a theme the prompt is about), is not judged here: its check says so (unchecked), and a model-backed writer
+ruled-out item the rules do not find (a clause too near it to pass and too far to refuse, a theme the prompt
+is about), is not judged here: its check says so (unchecked), and a model-backed writer
 asks its model (`mas.agents.prompt_check`).
 """
 
