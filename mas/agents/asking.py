@@ -186,6 +186,17 @@ class AskingDirector:
                 not_understood=[feedback],
             )
         items = reading.items_of(reply)
+        named = style_reader.style_words(read_from)
+        if not items and named:  # a model that reads nothing where the feedback names styles did not read it
+            log.info("director: the model read no preference in feedback that names %s: not understood", named)
+            return Reading(
+                items=[],
+                source="model",
+                note="; ".join(
+                    filter(None, [f"the model read no preference; the feedback names {', '.join(named)}", note])
+                ),
+                not_understood=[feedback],
+            )
         differ = reading.disagreements(items, read_from)
         if differ:
             log.info(

@@ -62,8 +62,6 @@ def problems(reply: StyleReply, *, feedback: str, task_words: frozenset[str]) ->
     if out:
         return out
     model = items_of(reply)
-    if not model and (named := style_reader.style_words(feedback)):  # an empty reading is said, not dodged
-        return [f"the feedback names {', '.join(named)}: give each as liked or ruled_out, as it says"]
     for liked in (i for i in model if i.liked):
         if any(o.key == liked.key for o in model if not o.liked):
             out.append(f"{liked.words!r} is both liked and ruled out")  # noqa: PERF401
