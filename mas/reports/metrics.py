@@ -33,6 +33,7 @@ from mas import names
 from mas.config import Settings
 from mas.db import DatabaseUnavailable, session_scope
 from mas.models import AgentCall, Attempt, Video, VideoState, WebhookEvent
+from mas.pipeline.rows import RowFault
 from mas.reports.queries import gpu_summary
 from mas.runtime.app import app_for, queue_keys
 from mas.runtime.clients import redis_client
@@ -113,6 +114,13 @@ WEBHOOK_OLDEST = Gauge(
     "mas_webhook_oldest_pending_seconds",
     "Age of the oldest webhook event still to be delivered (neither delivered nor given up; 0: none).",
 )
+ROW_FAULTS = Gauge(
+    "mas_row_faults",
+    "Rows a periodic job could not process, by the job's rows (schedules, webhooks, ...; not `job`, which is "
+    "Prometheus's own label) and state: failing (tried again after its wait) or parked (its tries spent: skipped "
+    "until `mas faults retry`).",
+    ("rows", "state"),
+)
 WAITING = Gauge(
     "mas_queue_waiting",
     "Messages waiting in a queue, by its priority list (0 first: work that finishes what is started, 3 "
@@ -133,7 +141,7 @@ GPU_RESIDENT = Gauge("mas_gpu_resident_models", "Models on a gpu worker's GPU no
 
 FIGURES: tuple[Figure, ...] = (
     UP, VIDEOS, ATTEMPTS, RENDER, AGENT_SECONDS, AGENT_TOKENS, AGENT_INVALID, WEBHOOKS, WEBHOOK_OLDEST,
-    WAITING, GPU_BUSY, GPU_TURNS, GPU_LOADS, GPU_SWAPS, GPU_EVICTIONS, GPU_RESIDENT,
+    ROW_FAULTS, WAITING, GPU_BUSY, GPU_TURNS, GPU_LOADS, GPU_SWAPS, GPU_EVICTIONS, GPU_RESIDENT,
 )  # fmt: skip
 
 DATABASE_ERRORS = (DatabaseUnavailable, ServiceError, SQLAlchemyError)
@@ -180,6 +188,7 @@ class StudioCollector(Collector):
             )
             yield from _agent_calls(session)
             yield from _webhooks(session)
+            yield _row_faults(session)
 
     def _broker(self) -> Iterator[Metric]:
         yield _waiting(self.settings)
@@ -246,6 +255,16 @@ def _webhooks(session: Session) -> Iterator[Metric]:
     oldest_age.add_metric([], float(age))
     yield events
     yield oldest_age
+
+
+def _row_faults(session: Session) -> Metric:
+    family = ROW_FAULTS.family()
+    state = sa.case((RowFault.parked_at.is_(None), "failing"), else_="parked")
+    for job, shown, count in session.execute(
+        sa.select(RowFault.job, state, sa.func.count()).group_by(RowFault.job, state)
+    ):
+        family.add_metric([job, shown], count)
+    return family
 
 
 def _waiting(settings: Settings) -> Metric:

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from mas import db, names
 from mas.models import AgentCall, Attempt, Video, VideoState, WebhookEvent
+from mas.pipeline import rows
 from mas.reports.metrics import FIGURES
 from mas.reports.queries import gpu_summary
 from tests.harness.gallery import served_gallery
@@ -168,6 +169,9 @@ def test_prometheus_reports_the_finished_batch(studio, prometheus):
                       cached_tokens=60, completion_tokens=20)
             for t in (1, 2)
         )  # fmt: skip
+    for key, tries in (("7", 1), ("8", 2)):  # a schedule failing, another parked (after MAS_ROW_MAX_TRIES 2)
+        for _ in range(tries):
+            rows.record(studio.settings.changed(row_max_tries=2), "schedules", key, ValueError("year 1"))
     assert renders >= 3 and events >= 3  # every video rendered and reported (accepted or failed)
     # the gpu worker publishes its turns after each gpu task ends, which may be just after the batch is done
     worker = _until(
@@ -188,6 +192,8 @@ def test_prometheus_reports_the_finished_batch(studio, prometheus):
     assert prometheus.value('mas_agent_invalid_replies_total{task="write"}') == 1
     assert prometheus.value('mas_agent_tokens_total{task="write",kind="cached"}') == 120
     assert prometheus.value("sum(mas_webhook_events)") == events
+    assert prometheus.value('mas_row_faults{rows="schedules",state="failing"}') == 1
+    assert prometheus.value('mas_row_faults{rows="schedules",state="parked"}') == 1
     labels = {"worker": worker.name, "device": worker.device}
     selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
     assert prometheus.value(f"mas_gpu_turns_total{{{selector}}}") == worker.turns
